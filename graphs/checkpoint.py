@@ -1,0 +1,157 @@
+"""Hugging Face checkpoint directories -> LlamaGraph weights, tokenizer, and the pair check.
+
+A checkpoint directory holds `config.json`, `model.safetensors` (or shards listed in
+`model.safetensors.index.json`) and optionally `tokenizer.json`. Only JSON and safetensors are
+read: nothing is unpickled.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from tokenizers import Tokenizer
+
+from .config import CheckpointError, ModelConfig, rope_inv_freq
+from .llama import LlamaGraph
+
+INDEX_FILE = "model.safetensors.index.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing; a model directory needs config.json and *.safetensors") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is not valid JSON ({e})") from None
+
+
+def _check_dir(model_dir: str | Path) -> Path:
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise CheckpointError(f"model directory {str(path)!r} does not exist (pass a Hugging Face checkpoint folder)")
+    return path
+
+
+def load_config(model_dir: str | Path) -> ModelConfig:
+    path = _check_dir(model_dir) / "config.json"
+    return ModelConfig.from_hf(_read_json(path), where=str(path))
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    if (model_dir / INDEX_FILE).exists():
+        index = _read_json(model_dir / INDEX_FILE)
+        names = sorted(set(index.get("weight_map", {}).values()))
+        files = [model_dir / n for n in names]
+    else:
+        files = [model_dir / WEIGHTS_FILE]
+    for f in files:
+        if not f.exists():
+            raise CheckpointError(f"{f} is missing; the checkpoint has no complete safetensors weights")
+    return files
+
+
+def read_hf_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
+    tensors = {}
+    for f in weight_files(model_dir):
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                for name in st.keys():
+                    tensors[name] = st.get_tensor(name)
+        except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
+            raise CheckpointError(f"{f} cannot be read as safetensors ({e})") from None
+    return tensors
+
+
+def to_graph_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Rename HF tensors to LlamaGraph's and fuse q|k|v and gate|up."""
+
+    def take(name: str) -> torch.Tensor:
+        for key in (name, "model." + name):
+            if key in hf:
+                return hf[key]
+        raise CheckpointError(f"weight {name!r} is missing from the checkpoint")
+
+    out = {"embed.weight": take("embed_tokens.weight"), "norm.weight": take("norm.weight")}
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = take("lm_head.weight")
+    for i in range(cfg.n_layers):
+        p, q = f"layers.{i}.", f"layers.{i}."
+        out[q + "attn_norm.weight"] = take(p + "input_layernorm.weight")
+        out[q + "mlp_norm.weight"] = take(p + "post_attention_layernorm.weight")
+        qkv = [p + f"self_attn.{n}_proj" for n in "qkv"]
+        out[q + "attn.wqkv.weight"] = torch.cat([take(n + ".weight") for n in qkv])
+        if cfg.qkv_bias:
+            out[q + "attn.wqkv.bias"] = torch.cat([take(n + ".bias") for n in qkv])
+        out[q + "attn.wo.weight"] = take(p + "self_attn.o_proj.weight")
+        if cfg.o_bias:
+            out[q + "attn.wo.bias"] = take(p + "self_attn.o_proj.bias")
+        mlp = [p + "mlp.gate_proj", p + "mlp.up_proj"]
+        out[q + "mlp.w13.weight"] = torch.cat([take(n + ".weight") for n in mlp])
+        out[q + "mlp.w2.weight"] = take(p + "mlp.down_proj.weight")
+        if cfg.mlp_bias:
+            out[q + "mlp.w13.bias"] = torch.cat([take(n + ".bias") for n in mlp])
+            out[q + "mlp.w2.bias"] = take(p + "mlp.down_proj.bias")
+    return out
+
+
+def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.float32) -> LlamaGraph:
+    """Build a LlamaGraph with a cache of `n_slots` slots and load the checkpoint's weights."""
+    path = _check_dir(model_dir)
+    cfg = load_config(path)
+    state = to_graph_state(read_hf_tensors(path), cfg)
+    with torch.device("meta"):
+        model = LlamaGraph(cfg, n_slots, dtype)
+    model.to_empty(device="cpu")
+    model.inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim)  # to_empty left it uninitialised
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    for name, shape in expected.items():
+        if name not in state and not (cfg.tie_word_embeddings and name == "lm_head.weight"):
+            raise CheckpointError(f"{path}: weight {name!r} is missing")
+        if name in state and tuple(state[name].shape) != tuple(shape):
+            raise CheckpointError(
+                f"{path}: weight {name!r} has shape {tuple(state[name].shape)}, config.json implies {tuple(shape)}"
+            )
+    model.load_state_dict(state, strict=False, assign=False)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.embed.weight
+    for cache in model.caches():
+        cache.k.zero_(), cache.v.zero_()
+    return model.eval().requires_grad_(False)
+
+
+def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:
+    path = _check_dir(model_dir) / "tokenizer.json"
+    if not path.exists():
+        return None
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception on malformed files
+        raise CheckpointError(f"{path} cannot be read as a tokenizers file ({e})") from None
+
+
+def check_pair(verifier_dir: str | Path, drafter_dir: str | Path) -> None:
+    """Drafter and verifier must map every real token id to the same token string."""
+    vcfg, dcfg = load_config(verifier_dir), load_config(drafter_dir)
+    vtok, dtok = load_tokenizer(verifier_dir), load_tokenizer(drafter_dir)
+    if vtok is None or dtok is None:
+        if vcfg.vocab_size != dcfg.vocab_size:
+            raise CheckpointError(
+                f"vocab sizes differ (verifier {vcfg.vocab_size}, drafter {dcfg.vocab_size}) and a tokenizer.json "
+                "is missing to prove the pair shares its tokens; use a drafter trained with the verifier's tokenizer"
+            )
+        return
+    vvocab = {i: t for t, i in vtok.get_vocab(with_added_tokens=True).items()}
+    dvocab = {i: t for t, i in dtok.get_vocab(with_added_tokens=True).items()}
+    for i in range(max(len(vvocab), len(dvocab))):
+        if vvocab.get(i) != dvocab.get(i):
+            raise CheckpointError(
+                f"drafter and verifier tokenizers differ at token id {i}: verifier {vvocab.get(i)!r}, "
+                f"drafter {dvocab.get(i)!r}; use a drafter trained with the verifier's tokenizer"
+            )
+    for cfg, name in ((vcfg, "verifier"), (dcfg, "drafter")):
+        if cfg.vocab_size < len(vvocab):
+            raise CheckpointError(f"{name} vocab_size {cfg.vocab_size} is smaller than its tokenizer ({len(vvocab)})")

@@ -1,0 +1,136 @@
+"""Model configuration for the Llama family, parsed from a Hugging Face `config.json`.
+
+Covers Llama 1/2/3, Mistral, Qwen2/2.5 (qkv bias), SmolLM and TinyLlama: they share one graph and
+differ only in the fields below.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint the user handed in cannot be used; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    theta: float = 10000.0
+    rope_type: str = "default"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    rms_norm_eps: float = 1e-6
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def from_hf(cls, cfg: dict, where: str = "config.json") -> ModelConfig:
+        model_type = cfg.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise CheckpointError(
+                f"{where}: model_type {model_type!r} is not supported; yggc runs "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)} checkpoints"
+            )
+        act = cfg.get("hidden_act", "silu")
+        if act != "silu":
+            raise CheckpointError(f"{where}: hidden_act {act!r} is not supported (only 'silu')")
+        try:
+            n_heads = int(cfg["num_attention_heads"])
+            hidden = int(cfg["hidden_size"])
+            head_dim = cfg.get("head_dim") or hidden // n_heads
+            attention_bias = bool(cfg.get("attention_bias", False))
+            return cls(
+                model_type=model_type,
+                vocab_size=int(cfg["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(cfg["intermediate_size"]),
+                n_layers=int(cfg["num_hidden_layers"]),
+                n_heads=n_heads,
+                n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+                head_dim=int(head_dim),
+                max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                # Qwen2 always carries q/k/v biases and no o bias; Llama's attention_bias covers all four.
+                qkv_bias=model_type == "qwen2" or attention_bias,
+                o_bias=attention_bias and model_type != "qwen2",
+                mlp_bias=bool(cfg.get("mlp_bias", False)),
+                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                rope=_parse_rope(cfg, where),
+                bos_token_id=cfg.get("bos_token_id"),
+                eos_token_ids=_as_tuple(cfg.get("eos_token_id")),
+            )
+        except KeyError as e:
+            raise CheckpointError(f"{where}: required field {e.args[0]!r} is missing") from None
+
+
+def _as_tuple(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, list) else (int(value),)
+
+
+def _parse_rope(cfg: dict, where: str) -> RopeConfig:
+    # transformers < 5 writes `rope_theta` + `rope_scaling`; >= 5 writes `rope_parameters`.
+    params = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
+    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise CheckpointError(
+            f"{where}: rope type {rope_type!r} is not supported (use one of {', '.join(SUPPORTED_ROPE_TYPES)})"
+        )
+    return RopeConfig(
+        theta=theta,
+        rope_type=rope_type,
+        factor=float(params.get("factor", 1.0)),
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        original_max_position_embeddings=int(params.get("original_max_position_embeddings", 8192)),
+    )
+
+
+def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
+    """Inverse rotary frequencies [head_dim // 2] (float32), with HF's scaling rules."""
+    inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    if rope.rope_type == "linear":
+        return inv_freq / rope.factor
+    if rope.rope_type == "llama3":
+        return _llama3_inv_freq(inv_freq, rope)
+    return inv_freq
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
+    # Llama 3.1: long wavelengths are divided by `factor`, short ones kept, the middle band blended.
+    old_len = rope.original_max_position_embeddings
+    low_freq_wavelen = old_len / rope.low_freq_factor
+    high_freq_wavelen = old_len / rope.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / rope.factor, inv_freq)
+    smooth = (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+    blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(is_medium, blended, scaled)

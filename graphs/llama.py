@@ -1,0 +1,141 @@
+"""A compile-friendly Llama-family decoder with a static, in-place KV cache (after gpt-fast).
+
+Every use - prefill chunks, one-token decode, drafting a tree level, verifying a tree - goes
+through one forward:
+
+    (input_ids [W], position_ids [W], cache_slots [W], attn_mask [W, S]) -> logits [W, V]
+
+The K/V of the W inputs are written into the cache at `cache_slots`; each query then attends to
+cache slots 0..S-1 where `attn_mask` is True. The RoPE position is separate from the cache slot,
+so a token tree (many nodes at one depth) is verified in one call. S may be smaller than the
+allocated cache (a shorter view is cheaper); every mask row must allow at least one slot.
+There is no data-dependent Python control flow, so torch.compile / torch.export see one graph.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig, rope_inv_freq
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 like the reference implementation, then cast back.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class KVCache(nn.Module):
+    def __init__(self, n_kv_heads: int, n_slots: int, head_dim: int, dtype: torch.dtype):
+        super().__init__()
+        shape = (n_kv_heads, n_slots, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype), persistent=False)
+
+    def write(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        # slots [W]; k, v [kv_heads, W, head_dim]
+        self.k.index_copy_(1, slots, k)
+        self.v.index_copy_(1, slots, v)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [heads, W, head_dim]; cos, sin [W, head_dim] (halves duplicated, HF's rotate_half layout)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype):
+        super().__init__()
+        self.n_heads, self.n_kv, self.hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        qkv_out = (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+        self.wqkv = nn.Linear(cfg.hidden_size, qkv_out, bias=cfg.qkv_bias)  # fused q, k, v
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+        self.cache = KVCache(cfg.n_kv_heads, n_slots, cfg.head_dim, dtype)
+
+    def forward(self, x, cos, sin, slots, mask):
+        # x [W, hidden]; mask [W, S] bool
+        W = x.shape[0]
+        q, k, v = self.wqkv(x).split([self.n_heads * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], -1)
+        q = rotate(q.view(W, self.n_heads, self.hd).transpose(0, 1), cos, sin)  # [H, W, hd]
+        k = rotate(k.view(W, self.n_kv, self.hd).transpose(0, 1), cos, sin)  # [KV, W, hd]
+        v = v.view(W, self.n_kv, self.hd).transpose(0, 1)
+        self.cache.write(slots, k, v)
+        S = mask.shape[1]
+        keys, values = self.cache.k[:, :S], self.cache.v[:, :S]  # [KV, S, hd]
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0), attn_mask=mask, enable_gqa=True
+        )  # [1, H, W, hd]
+        return self.wo(out[0].transpose(0, 1).reshape(W, self.n_heads * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ffn = cfg.intermediate_size
+        self.w13 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)  # gate | up
+        self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.w13(x).split(self.ffn, -1)
+        return self.w2(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.attn = Attention(cfg, n_slots, dtype)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, slots, mask):
+        x = x + self.attn(self.attn_norm(x), cos, sin, slots, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LlamaGraph(nn.Module):
+    """Decoder + static KV cache with `n_slots` slots (the caller reserves any scratch slots)."""
+
+    def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.cfg, self.n_slots = cfg, n_slots
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg, n_slots, dtype) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.register_buffer("inv_freq", rope_inv_freq(cfg.rope, cfg.head_dim), persistent=False)
+        self.to(dtype)
+        self.inv_freq = self.inv_freq.float()  # RoPE angles stay in float32 whatever the dtype
+
+    def forward_hidden(self, input_ids, position_ids, cache_slots, attn_mask):
+        """-> (logits [W, V] float32, last hidden state [W, hidden])."""
+        angles = position_ids.float()[:, None] * self.inv_freq[None, :]  # [W, hd/2]
+        angles = torch.cat((angles, angles), dim=-1)
+        x = self.embed(input_ids)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, cache_slots, attn_mask)
+        h = self.norm(x)
+        return self.lm_head(h).float(), h
+
+    def forward(self, input_ids, position_ids, cache_slots, attn_mask):
+        return self.forward_hidden(input_ids, position_ids, cache_slots, attn_mask)[0]
+
+    def caches(self) -> list[KVCache]:
+        return [layer.attn.cache for layer in self.layers]
+
+    def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
+        """Copy the K/V at src_slots to dst_slots in every layer (KV compaction after a verify)."""
+        for cache in self.caches():
+            cache.write(dst_slots, cache.k.index_select(1, src_slots), cache.v.index_select(1, src_slots))

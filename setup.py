@@ -1,0 +1,30 @@
+"""yggc: latency-optimal tree speculative decoding on a static-graph runtime."""
+from setuptools import setup
+
+setup(
+    name="yggc",
+    version="0.1.0",
+    description="Compiler-centric static-graph runtime for latency-optimal tree speculative decoding",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    # graphs/ and passes/ live at the top of the repo but install under the yggc namespace only.
+    packages=["yggc", "yggc.graphs", "yggc.passes"],
+    package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
+    package_data={"yggc": ["demo_pair/*/*.json", "demo_pair/*/*.safetensors"]},
+    install_requires=[
+        "torch>=2.5,<3",  # GPU users keep their own build; CI installs the 2.13.0 CPU wheel first
+        "numpy>=1.24",
+        "networkx>=3.0",
+        "safetensors>=0.4",
+        "tokenizers>=0.15",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "dev": ["pytest>=7", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4"],
+        "hf": ["transformers>=4.45"],
+        "cuda": ["cuda-python>=12"],
+        "tensorrt": ["torch-tensorrt>=2.5"],
+    },
+    entry_points={"console_scripts": ["yggc=yggc.cli:main"]},
+)

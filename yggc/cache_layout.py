@@ -1,0 +1,54 @@
+"""Where tokens live in a model's static KV cache, and the attention masks that follow from it.
+
+Slots 0..max_seq-1 hold real tokens (committed prefix, then scratch for draft trees); slot
+max_seq is a trash slot that padding rows write to and no mask ever lets a real query see.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+VIEW_ALIGN = 128  # attention reads a prefix of the cache rounded up to this, not all of it
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    max_seq: int
+
+    @property
+    def n_slots(self) -> int:
+        return self.max_seq + 1
+
+    @property
+    def trash(self) -> int:
+        return self.max_seq
+
+    def view(self, n_used: int) -> int:
+        """Cache prefix length the next call must attend over when slots < n_used are in use."""
+        return min(-(-n_used // VIEW_ALIGN) * VIEW_ALIGN, self.n_slots)
+
+
+def causal_rows(slots: torch.Tensor, view: int) -> torch.Tensor:
+    """slots [W] of a linear sequence -> mask [W, view]: each query sees every slot up to its own."""
+    return torch.arange(view)[None, :] <= slots[:, None]
+
+
+def prefill(model, ids: list[int], start: int, layout: CacheLayout, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write K/V of `ids` at slots start.. in fixed chunks (padding -> trash slot).
+
+    Returns (logits [V], hidden [H]) of the last real token.
+    """
+    logits = hidden = None
+    for c0 in range(0, len(ids), chunk):
+        part = ids[c0:c0 + chunk]
+        n_real = len(part)
+        slots = torch.full((chunk,), layout.trash, dtype=torch.long)
+        slots[:n_real] = torch.arange(start + c0, start + c0 + n_real)
+        tokens = torch.zeros(chunk, dtype=torch.long)
+        tokens[:n_real] = torch.tensor(part)
+        positions = torch.where(slots == layout.trash, 0, slots)
+        mask = causal_rows(slots, layout.view(start + c0 + n_real))
+        out, h = model.forward_hidden(tokens, positions, slots, mask)
+        logits, hidden = out[n_real - 1], h[n_real - 1]
+    return logits, hidden

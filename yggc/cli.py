@@ -1,0 +1,90 @@
+"""`yggc` command line: argument parsing only; the work lives in the modules it calls."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+from .errors import USER_ERRORS
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _token_ids(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids like 1,2,3, got {text!r}") from None
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", metavar="VERIFIER_DIR",
+                   help="verifier checkpoint folder (HF format); default: the embedded demo pair (with its drafter)")
+    p.add_argument("-md", "--model-draft", metavar="DRAFTER_DIR",
+                   help="drafter checkpoint folder sharing the verifier's tokenizer")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and KV cache dtype")
+    p.add_argument("--max-seq", type=_positive_int, default=None,
+                   help="KV cache capacity in tokens (prompt + output); default min(model limit, 2048)")
+
+
+def add_decode_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("-p", "--prompt", help="prompt text")
+    src.add_argument("--prompt-ids", type=_token_ids, metavar="1,2,3", help="prompt as token ids")
+    p.add_argument("-n", "--n-predict", type=_positive_int, default=128, help="new tokens at most (default 128)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
+    p.add_argument("--top-k", type=_positive_int, default=0, help="sample from the k likeliest tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
+
+
+def add_tree_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--depth", type=_positive_int, default=4, help="draft depth D (drafter calls per iteration)")
+    p.add_argument("--width", type=_positive_int, default=1, help="draft width W (new nodes per draft step; 1 = chain)")
+    p.add_argument("--verify", type=_positive_int, default=None, help="verify nodes V (default D*W)")
+    p.add_argument("--chain-rule", choices=["block", "token"], default="block",
+                   help="verification rule for chains (W=1) when sampling (default block)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="yggc", description="Latency-optimal tree speculative decoding on a static-graph runtime.")
+    parser.add_argument("--version", action="version", version=f"yggc {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="decode one prompt, streaming text to stdout",
+        description="Decode one prompt with the verifier alone (autoregressive) or, with -md, with tree "
+                    "speculative decoding (Equal-Growth Tree of --depth x --width, pruned to --verify nodes). "
+                    "Output equals the verifier's own greedy decoding token for token.")
+    add_model_args(run)
+    add_decode_args(run)
+    add_tree_args(run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from .run_command import run_command
+            return run_command(args)
+    except USER_ERRORS as e:
+        print(f"yggc: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("yggc: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""Tree speculative decoding with a fixed Equal-Growth Tree shape (D, W, V), eager execution.
+
+Cache invariant at the top of an iteration, for both models: the committed sequence minus its last
+token (the root) is in the cache at slots 0..n-1; the root goes to slot n. Tree node i sits at slot
+n + i while drafting; the verified subtree's row r sits at slot n + r in the verifier. After
+acceptance the accepted path's K/V is moved to slots n+1.. so the caches read exactly as if each
+model had decoded the accepted tokens itself. The drafter may lag one token (an accepted leaf it
+never ran on); the next iteration's head step feeds it together with the new root.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from .autoregressive import PREFILL_CHUNK, StopPolicy, check_prompt
+from .block_verification import verify_chain_block, verify_chain_tokenwise
+from .cache_layout import CacheLayout, causal_rows, prefill
+from .egt import egt_frontier, egt_init, egt_step, egt_tree
+from .errors import YggcError
+from .prune import prune_topk
+from .sampling import SamplingParams, next_token, target_probs
+from .stats import DecodeStats
+from .token_tree import TokenTree
+from .verification import verify_greedy, verify_tree_sampling
+
+HEAD_WIDTH = 2  # the head step feeds at most [accepted leaf the drafter never saw, root]
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    depth: int  # D: drafter calls per iteration
+    width: int  # W: new nodes per draft step
+    verify: int  # V: draft nodes sent to the verifier
+
+    @property
+    def n_nodes(self) -> int:
+        return 1 + self.depth * self.width
+
+    @classmethod
+    def from_args(cls, depth: int, width: int, verify: int | None) -> TreeShape:
+        if depth < 1 or width < 1:
+            raise YggcError(f"--depth and --width must be >= 1, got {depth} and {width}")
+        verify = depth * width if verify is None else verify
+        if not 1 <= verify <= depth * width:
+            raise YggcError(f"--verify must be in 1..depth*width = {depth * width}, got {verify}")
+        return cls(depth, width, verify)
+
+
+def align_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Drafter logits [W, Vd] -> [W, vocab]: drop padding rows or give missing ids -inf."""
+    if logits.shape[-1] >= vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - logits.shape[-1]), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
+
+
+def tree_mask(n: int, anc: torch.Tensor, view: int) -> torch.Tensor:
+    """Rows see the prefix (slots < n) and their tree ancestors (tree slot j at n + j): anc [R, N]."""
+    mask = torch.zeros(anc.shape[0], view, dtype=torch.bool)
+    mask[:, :n] = True
+    mask[:, n:n + anc.shape[1]] = anc
+    return mask
+
+
+@dataclass
+class Draft:
+    tree: TokenTree
+    q: torch.Tensor | None  # [D, vocab] drafter distributions of a sampled chain, else None
+    n_fed: int  # tree nodes 0..n_fed-1 have their K/V in the drafter cache
+
+
+class SpeculativeDecoder:
+    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block"):
+        self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
+        self.vocab = verifier.cfg.vocab_size
+        self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
+        self.stats = DecodeStats()
+
+    # -- drafting ------------------------------------------------------------------------------------
+    def head_step(self, pending: list[int], n: int) -> torch.Tensor:
+        """Feed the drafter the tokens it has not seen (root last, at slot n) -> root logits [vocab]."""
+        k = len(pending)
+        slots = torch.full((HEAD_WIDTH,), self.layout.trash, dtype=torch.long)
+        slots[:k] = torch.arange(n - k + 1, n + 1)
+        tokens = torch.zeros(HEAD_WIDTH, dtype=torch.long)
+        tokens[:k] = torch.tensor(pending)
+        mask = causal_rows(slots, self.layout.view(n + 1))
+        logits = self.drafter(tokens, torch.where(slots == self.layout.trash, 0, slots), slots, mask)
+        return align_vocab(logits[k - 1], self.vocab)
+
+    def draft_tree(self, root_logits: torch.Tensor, root: int, n: int) -> Draft:
+        """Grow the EGT: D drafter calls (the head step already made the first), W new nodes each."""
+        D, W = self.shape.depth, self.shape.width
+        state = egt_init(root, D, W, self.vocab)
+        logp = torch.log_softmax(root_logits, -1).expand(W, -1)
+        state = egt_step(state, logp)
+        view = self.layout.view(n + self.shape.n_nodes)
+        for _ in range(D - 1):
+            f = egt_frontier(state)
+            slots = n + f.ids
+            logits = self.drafter(f.tokens, n + f.depth, slots, tree_mask(n, f.mask, view))
+            state = egt_step(state, torch.log_softmax(align_vocab(logits, self.vocab), -1))
+        return Draft(egt_tree(state), None, 1 + (D - 1) * W)
+
+    def draft_chain_sampled(self, root_logits: torch.Tensor, root: int, n: int, params: SamplingParams,
+                            gen: torch.Generator) -> Draft:
+        """W = 1 at temperature > 0: each draft is SAMPLED from the drafter (the chain rules need it)."""
+        D = self.shape.depth
+        tree = TokenTree.from_root(root, 1 + D)
+        q = torch.empty(D, self.vocab)
+        logits = root_logits
+        for d in range(1, D + 1):
+            q[d - 1] = target_probs(logits, params)
+            tree.tokens[d] = int(torch.multinomial(q[d - 1], 1, generator=gen))
+            tree.parents[d], tree.depth[d] = d - 1, d
+            if d < D:
+                slot = torch.tensor([n + d])
+                out = self.drafter(tree.tokens[d:d + 1], slot, slot, causal_rows(slot, self.layout.view(n + d + 1)))
+                logits = align_vocab(out[0], self.vocab)
+        tree.n_nodes = 1 + D
+        return Draft(tree, q, D)
+
+    # -- verification --------------------------------------------------------------------------------
+    def verify(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
+        """One verifier call on root + V nodes -> (kept ids [V+1], accepted rows, next token)."""
+        kept = prune_topk(draft.tree, self.shape.verify)
+        sub = draft.tree.subtree(kept)
+        slots = n + torch.arange(kept.shape[0])
+        mask = tree_mask(n, sub.ancestor_mask(), self.layout.view(n + kept.shape[0]))
+        logits = self.verifier(sub.tokens, n + sub.depth, slots, mask)  # [V+1, vocab]
+        if params.greedy:
+            path, token = verify_greedy(sub.tokens, sub.parents, logits)
+        elif draft.q is not None:
+            V = self.shape.verify
+            tau, token = self.chain_rule(sub.tokens[1:], draft.q[:V], target_probs(logits, params), gen)
+            path = list(range(1, tau + 1))
+        else:
+            path, token = verify_tree_sampling(sub.tokens, sub.parents, target_probs(logits, params), gen,
+                                               sub.cum_logp)
+        return kept, sub, path, token
+
+    # -- the loop ------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def stream(self, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams,
+               eos_ids: tuple[int, ...] = ()) -> Iterator[list[int]]:
+        """Yields accepted tokens per iteration; the output equals the verifier's own decoding."""
+        check_prompt(prompt_ids, self.layout, self.vocab)
+        stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator()
+        st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
+        t0 = time.perf_counter()
+        logits, _ = prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        new = [next_token(logits, params, gen)]
+        n, pending = len(prompt_ids), list(new)
+        while new:
+            kept_tokens, st.stop_reason = stop.clip(new, st.n_generated)
+            st.n_generated += len(kept_tokens)
+            if st.prefill_s == 0.0:
+                st.prefill_s, t0 = time.perf_counter() - t0, time.perf_counter()
+            yield kept_tokens
+            if st.stop_reason:
+                break
+            new, n, pending = self.iterate(n, pending, params, gen, stop)
+        st.decode_s = time.perf_counter() - t0 if st.n_generated > 1 else 0.0
+        st.stop_reason = st.stop_reason or "max tokens"
+
+    def iterate(self, n: int, pending: list[int], params: SamplingParams, gen: torch.Generator,
+                stop: StopPolicy) -> tuple[list[int], int, list[int]]:
+        """One draft-verify-accept round from root pending[-1] at slot n -> (new tokens, n, pending)."""
+        root = pending[-1]
+        if stop.kv_full(n, self.shape.n_nodes):
+            return self.fallback_step(root, n, params, gen, stop)
+        root_logits = self.head_step(pending, n)
+        if params.greedy or self.shape.width > 1:
+            draft = self.draft_tree(root_logits, root, n)
+        else:
+            draft = self.draft_chain_sampled(root_logits, root, n, params, gen)
+        kept, sub, path, token = self.verify(draft, n, params, gen)
+        self.record(sub, len(path))
+        k = len(path)
+        dst = n + 1 + torch.arange(k)
+        self.verifier.move_kv(n + torch.tensor(path, dtype=torch.long), dst)
+        tree_ids = kept[path] if k else kept[:0]
+        fed = tree_ids < draft.n_fed
+        self.drafter.move_kv(n + tree_ids[fed], dst[fed])  # only the last path node can be unfed
+        accepted = sub.tokens[path].tolist()
+        pending = [accepted[-1], token] if k and not bool(fed[-1]) else [token]
+        return accepted + [token], n + 1 + k, pending
+
+    def fallback_step(self, root: int, n: int, params, gen, stop) -> tuple[list[int], int, list[int]]:
+        """No room left for a tree: finish with plain verifier steps (the drafter is no longer needed)."""
+        if stop.kv_full(n, 1):
+            self.stats.stop_reason = stop.kv_full(n, 1)
+            return [], n, []
+        slot = torch.tensor([n])
+        logits = self.verifier(torch.tensor([root]), slot, slot, causal_rows(slot, self.layout.view(n + 1)))[0]
+        token = next_token(logits, params, gen)
+        return [token], n + 1, [token]
+
+    def record(self, sub: TokenTree, n_accepted: int) -> None:
+        st = self.stats
+        max_depth = int(sub.depth[: sub.n_nodes].max())
+        if len(st.drafted_per_depth) < max_depth:
+            grow = max_depth - len(st.drafted_per_depth)
+            st.drafted_per_depth += [0] * grow
+            st.accepted_per_depth += [0] * grow
+        for d in range(max_depth):
+            st.drafted_per_depth[d] += 1
+            st.accepted_per_depth[d] += int(n_accepted > d)
+        st.n_iterations += 1
+        st.accepted_lengths.append(n_accepted)
+        st.n_drafted += sub.n_nodes - 1
+        st.n_accept += n_accepted
