@@ -72,7 +72,7 @@ class Attention(nn.Module):
         S = mask.shape[1]
         keys, values = self.cache.k[:, :S], self.cache.v[:, :S]  # [KV, S, hd]
         out = F.scaled_dot_product_attention(
-            q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0), attn_mask=mask, enable_gqa=True
+            q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0), attn_mask=mask[None, None], enable_gqa=True
         )  # [1, H, W, hd]
         return self.wo(out[0].transpose(0, 1).reshape(W, self.n_heads * self.hd))
 

@@ -63,7 +63,7 @@ class AutoregressiveDecoder:
         stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator()
         st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
         t0 = time.perf_counter()
-        logits, _ = prefill(self.model, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        logits = prefill(self.model, prompt_ids, 0, self.layout, PREFILL_CHUNK)
         n = len(prompt_ids)
         while max_new_tokens > 0:
             kept, st.stop_reason = stop.clip([next_token(logits, params, gen)], st.n_generated)

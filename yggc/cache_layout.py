@@ -26,7 +26,7 @@ class CacheLayout:
 
     def view(self, n_used: int) -> int:
         """Cache prefix length the next call must attend over when slots < n_used are in use."""
-        return min(-(-n_used // VIEW_ALIGN) * VIEW_ALIGN, self.n_slots)
+        return min(-(-n_used // VIEW_ALIGN) * VIEW_ALIGN, self.max_seq)  # no real query sees the trash slot
 
 
 def causal_rows(slots: torch.Tensor, view: int) -> torch.Tensor:
@@ -34,12 +34,9 @@ def causal_rows(slots: torch.Tensor, view: int) -> torch.Tensor:
     return torch.arange(view)[None, :] <= slots[:, None]
 
 
-def prefill(model, ids: list[int], start: int, layout: CacheLayout, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Write K/V of `ids` at slots start.. in fixed chunks (padding -> trash slot).
-
-    Returns (logits [V], hidden [H]) of the last real token.
-    """
-    logits = hidden = None
+def prefill(model, ids: list[int], start: int, layout: CacheLayout, chunk: int) -> torch.Tensor:
+    """Write K/V of `ids` at slots start.. in fixed chunks (padding -> trash slot) -> last logits [V]."""
+    logits = None
     for c0 in range(0, len(ids), chunk):
         part = ids[c0:c0 + chunk]
         n_real = len(part)
@@ -49,6 +46,5 @@ def prefill(model, ids: list[int], start: int, layout: CacheLayout, chunk: int) 
         tokens[:n_real] = torch.tensor(part)
         positions = torch.where(slots == layout.trash, 0, slots)
         mask = causal_rows(slots, layout.view(start + c0 + n_real))
-        out, h = model.forward_hidden(tokens, positions, slots, mask)
-        logits, hidden = out[n_real - 1], h[n_real - 1]
-    return logits, hidden
+        logits = model(tokens, positions, slots, mask)[n_real - 1]
+    return logits

@@ -47,9 +47,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
 
 
-def add_tree_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--depth", type=_positive_int, default=4, help="draft depth D (drafter calls per iteration)")
-    p.add_argument("--width", type=_positive_int, default=1, help="draft width W (new nodes per draft step; 1 = chain)")
+def add_tree_args(p: argparse.ArgumentParser, default_depth: int | None) -> None:
+    p.add_argument("--depth", type=_positive_int, default=default_depth,
+                   help="draft depth D (drafter calls per iteration; default 4, or the bundle's plan)")
+    p.add_argument("--width", type=_positive_int, default=None,
+                   help="draft width W (new nodes per draft step; 1 = chain; default 2, or the bundle's plan)")
     p.add_argument("--verify", type=_positive_int, default=None, help="verify nodes V (default D*W)")
     p.add_argument("--chain-rule", choices=["block", "token"], default="block",
                    help="verification rule for chains (W=1) when sampling (default block)")
@@ -62,12 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="decode one prompt, streaming text to stdout",
-        description="Decode one prompt with the verifier alone (autoregressive) or, with -md, with tree "
-                    "speculative decoding (Equal-Growth Tree of --depth x --width, pruned to --verify nodes). "
+        description="Decode one prompt. With BUNDLE: the compiled bundle's tree speculative decoding. "
+                    "Without: eager decoding of -m alone (autoregressive) or, with -md, tree speculative "
+                    "decoding (Equal-Growth Tree of --depth x --width, pruned to --verify nodes). "
                     "Output equals the verifier's own greedy decoding token for token.")
+    run.add_argument("bundle", nargs="?", help="a bundle written by `yggc compile` (optional)")
     add_model_args(run)
     add_decode_args(run)
-    add_tree_args(run)
+    add_tree_args(run, default_depth=None)
+    run.add_argument("--no-spec", action="store_true", help="with BUNDLE: decode autoregressively (baseline)")
+
+    comp = sub.add_parser(
+        "compile", help="compile a drafter/verifier pair into a graph bundle",
+        description="Lower drafter and verifier into fixed-width AOTInductor buckets, profile every bucket "
+                    "and host stage, and write a self-contained bundle (atomically).")
+    add_model_args(comp)
+    add_tree_args(comp, default_depth=4)
+    comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
+    comp.add_argument("-o", "--output", required=True, help="bundle directory to write")
+    comp.add_argument("--overwrite", action="store_true", help="replace an existing bundle at -o")
+
+    insp = sub.add_parser("inspect", help="show a bundle's manifest, buckets and profile")
+    insp.add_argument("bundle", help="a bundle written by `yggc compile`")
+    insp.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
     return parser
 
 
@@ -77,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             from .run_command import run_command
             return run_command(args)
+        if args.command == "compile":
+            from .bundle_commands import compile_command
+            return compile_command(args)
+        if args.command == "inspect":
+            from .bundle_commands import inspect_command
+            return inspect_command(args)
     except USER_ERRORS as e:
         print(f"yggc: error: {e}", file=sys.stderr)
         return 2

@@ -23,6 +23,10 @@ def parse_dtype(name: str) -> torch.dtype:
         raise YggcError(f"unknown dtype {name!r}; use float32 or bfloat16") from None
 
 
+def dtype_label(dtype: torch.dtype) -> str:
+    return "bfloat16" if dtype == torch.bfloat16 else "float32"
+
+
 def demo_pair_dirs() -> tuple[Path, Path]:
     verifier, drafter = DEMO_PAIR / "verifier", DEMO_PAIR / "drafter"
     if not (verifier / "config.json").exists():

@@ -1,4 +1,4 @@
-"""`yggc run`: load the models, decode one prompt, stream text and report stats."""
+"""`yggc run`: load a bundle or checkpoints, decode one prompt, stream text and report stats."""
 from __future__ import annotations
 
 import argparse
@@ -8,16 +8,18 @@ import sys
 from . import models
 from .autoregressive import AutoregressiveDecoder
 from .detokenize import StreamDecoder
+from .errors import YggcError
 from .sampling import SamplingParams
+from .speculative import SpeculativeDecoder, TreeShape
+
+DEFAULT_DEPTH, DEFAULT_WIDTH = 4, 2
 
 
-def make_decoder(args: argparse.Namespace, verifier: models.LoadedModel, drafter: models.LoadedModel | None):
-    if drafter is None:
-        return AutoregressiveDecoder(verifier.graph, verifier.layout)
-    from .speculative import SpeculativeDecoder, TreeShape
-
-    shape = TreeShape.from_args(args.depth, args.width, args.verify)
-    return SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, shape, chain_rule=args.chain_rule)
+def tree_shape(args: argparse.Namespace, plan: TreeShape | None = None) -> TreeShape:
+    depth = args.depth or (plan.depth if plan else DEFAULT_DEPTH)
+    width = args.width or (plan.width if plan else DEFAULT_WIDTH)
+    verify = args.verify or (plan.verify if plan and (depth, width) == (plan.depth, plan.width) else None)
+    return TreeShape.from_args(depth, width, verify)
 
 
 def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.LoadedModel | None]:
@@ -25,7 +27,7 @@ def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.Lo
     verifier_dir, drafter_dir = args.model, args.model_draft
     if verifier_dir is None:
         if drafter_dir is not None:
-            raise models.YggcError("-md needs -m: name the verifier the drafter belongs to")
+            raise YggcError("-md needs -m: name the verifier the drafter belongs to")
         verifier_dir, drafter_dir = models.demo_pair_dirs()
     max_seq = models.context_length(verifier_dir, args.max_seq)
     if drafter_dir is None:
@@ -33,11 +35,28 @@ def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.Lo
     return models.load_pair(verifier_dir, drafter_dir, dtype, max_seq)
 
 
+def eager_decoder(args: argparse.Namespace):
+    verifier, drafter = load_models(args)
+    if drafter is None:
+        return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
+    dec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), args.chain_rule)
+    return verifier, dec
+
+
+def bundle_decoder(args: argparse.Namespace):
+    from .runtime import Runtime
+
+    if args.model or args.model_draft or args.max_seq or args.dtype != "float32":
+        raise YggcError("a bundle fixes its models, dtype and --max-seq; drop -m/-md/--dtype/--max-seq "
+                        "or re-run `yggc compile` with them")
+    rt = Runtime.load(args.bundle)
+    return rt.verifier, rt.decoder(not args.no_spec, tree_shape(args, rt.shape), args.chain_rule)
+
+
 def run_command(args: argparse.Namespace) -> int:
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed)
-    verifier, drafter = load_models(args)
+    verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
     prompt_ids = args.prompt_ids if args.prompt_ids is not None else models.encode_prompt(verifier.tokenizer, args.prompt)
-    decoder = make_decoder(args, verifier, drafter)
     text = StreamDecoder(verifier.tokenizer)
     for tokens in decoder.stream(prompt_ids, args.n_predict, params, verifier.eos_ids):
         piece = text.push(tokens)
@@ -46,8 +65,7 @@ def run_command(args: argparse.Namespace) -> int:
             sys.stdout.flush()
     stats = decoder.stats
     if args.json:
-        out = {"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary()}
-        print(json.dumps(out))
+        print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary()}))
     else:
         print()
         for line in stats.log_lines():

@@ -151,7 +151,7 @@ class SpeculativeDecoder:
         stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator()
         st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
         t0 = time.perf_counter()
-        logits, _ = prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        logits = prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
         prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
         new = [next_token(logits, params, gen)]
         n, pending = len(prompt_ids), list(new)

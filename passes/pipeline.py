@@ -1,0 +1,80 @@
+"""`yggc compile`: the passes in order, each reported on one progress bar.
+
+load -> check pair -> lower (one package per bucket) -> profile -> write bundle (atomic).
+Later passes (calibrate, train predictor, choose buckets, plan) slot in between profile and write.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .. import models
+from ..autoregressive import PREFILL_CHUNK
+from ..buckets import CompiledModel, bucket_name
+from ..graphs import check_pair
+from ..speculative import HEAD_WIDTH, TreeShape
+from .lower import lower_bucket
+from .profile import profile_models
+from .write_bundle import BundleWriter
+
+
+@dataclass(frozen=True)
+class CompileJob:
+    verifier_dir: Path
+    drafter_dir: Path
+    out: Path
+    shape: TreeShape
+    dtype: torch.dtype = torch.float32
+    max_seq: int = 1024
+    device: str = "cpu"
+    overwrite: bool = False
+    profile_repeats: int = 20
+
+
+def bucket_widths(shape: TreeShape) -> dict[str, list[int]]:
+    """Widths each model is called at: prefill chunks, decode/draft steps, the head step, verify."""
+    return {"verifier": sorted({1, PREFILL_CHUNK, shape.verify + 1}),
+            "drafter": sorted({1, HEAD_WIDTH, shape.width, PREFILL_CHUNK})}
+
+
+def compile_bundle(job: CompileJob, log=print) -> Path:
+    t_start = time.perf_counter()
+    widths = bucket_widths(job.shape)
+    n_steps = 2 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, write
+    bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
+
+    def step(msg: str) -> None:
+        bar.set_postfix_str(msg)
+        bar.update(1)
+
+    check_pair(job.verifier_dir, job.drafter_dir)
+    loaded = {"verifier": models.load(job.verifier_dir, job.dtype, job.max_seq),
+              "drafter": models.load(job.drafter_dir, job.dtype, job.max_seq)}
+    step("loaded and checked the pair")
+    with BundleWriter(job.out, overwrite=job.overwrite) as w:
+        buckets = []
+        for name, model in loaded.items():
+            w.copy_model_dir(model.path, name)
+            for width in widths[name]:
+                rel = f"artifacts/{bucket_name(name, width)}.pt2"
+                lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device)
+                buckets.append({"name": bucket_name(name, width), "model": name, "kind": "forward",
+                                "width": width, "file": rel})
+                step(f"lowered {name} W={width}")
+        compiled = {name: CompiledModel(m.graph, {b["width"]: w.root / b["file"] for b in buckets
+                                                  if b["model"] == name}) for name, m in loaded.items()}
+        layout = loaded["verifier"].layout
+        profile = profile_models(compiled, widths, layout, job.shape, job.profile_repeats, step)
+        w.write_json("profile.json", profile)
+        w.write_json("plan.json", {"depth": job.shape.depth, "width": job.shape.width,
+                                   "verify": job.shape.verify, "source": "compile flags"})
+        w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
+                  "buckets": buckets, "extra": {"compile_s": round(time.perf_counter() - t_start, 1)}})
+        step("wrote the bundle")
+    bar.close()
+    log(f"yggc: wrote {job.out} in {time.perf_counter() - t_start:.1f} s")
+    return job.out

@@ -1,0 +1,62 @@
+"""Profile pass: measured latency of every compiled bucket and of the host-side stages.
+
+Writes profile.json (schema: profiles/schema.json) with a fitted roofline curve per model so the
+objective can price widths between the measured ones.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..cache_layout import CacheLayout, causal_rows
+from ..cost_model import fit_roofline
+from ..prune import prune_topk
+from ..speculative import TreeShape, tree_mask
+from ..timing import median_ms
+from ..token_tree import TokenTree
+from ..verification import verify_greedy
+
+PROFILE_SCHEMA = "yggc-profile/1"
+
+
+def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repeats: int) -> float:
+    """One forward at `width` with `context` committed tokens in view (writes only scratch slots)."""
+    slots = torch.arange(context, context + width).clamp(max=layout.max_seq - 1)
+    mask = causal_rows(slots, layout.view(context + width))
+    ids = torch.zeros(width, dtype=torch.long)
+    return median_ms(lambda: model(ids, slots, slots, mask), repeats)
+
+
+def host_stage_ms(shape: TreeShape, vocab: int, repeats: int) -> dict[str, float]:
+    """Host work per iteration outside the model calls, on a random tree of the compiled shape."""
+    g = torch.Generator().manual_seed(0)
+    n = shape.n_nodes
+    tree = TokenTree.from_root(0, n)
+    tree.parents[1:] = torch.tensor([torch.randint(0, i, (1,), generator=g).item() for i in range(1, n)])
+    tree.depth[1:] = torch.tensor([int(tree.depth[int(tree.parents[i])]) + 1 for i in range(1, n)])
+    tree.cum_logp[1:] = -torch.rand(n - 1, generator=g).cumsum(0)
+    tree.tokens[1:] = torch.randint(0, vocab, (n - 1,), generator=g)
+    tree.n_nodes = n
+    kept = prune_topk(tree, shape.verify)
+    sub = tree.subtree(kept)
+    logits = torch.randn(shape.verify + 1, vocab, generator=g)
+    return {
+        "prune": median_ms(lambda: prune_topk(tree, shape.verify), repeats),
+        "tree_mask": median_ms(lambda: tree_mask(64, sub.ancestor_mask(), 128), repeats),
+        "accept_greedy": median_ms(lambda: verify_greedy(sub.tokens, sub.parents, logits), repeats),
+    }
+
+
+def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
+                   repeats: int = 20, progress=None) -> dict:
+    context = min(256, layout.max_seq // 2)
+    out = {"schema": PROFILE_SCHEMA, "context": context, "models": {}}
+    for name, model in models.items():
+        points = {}
+        for w in widths[name]:
+            points[w] = bucket_latency_ms(model, w, layout, context, repeats)
+            if progress:
+                progress(f"profile {name} W={w}: {points[w]:.3f} ms")
+        out["models"][name] = {"bucket_ms": {str(w): t for w, t in points.items()},
+                               "cost_curve": fit_roofline(points).to_dict()}
+    out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats)
+    return out

@@ -1,0 +1,121 @@
+"""Compiled bundles: lossless like eager, loaded without compiling, atomic to write, strict to load."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from checkpoints import write_checkpoint
+from yggc.passes.pipeline import CompileJob, compile_bundle
+
+from yggc.autoregressive import AutoregressiveDecoder
+from yggc.cli import main
+from yggc.errors import YggcError
+from yggc.runtime import Runtime
+from yggc.sampling import SamplingParams
+from yggc.speculative import TreeShape
+
+SHAPE = TreeShape(3, 2, 5)
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cpair")
+    v = write_checkpoint(root / "v", "llama_gqa", seed=11)
+    return v, write_checkpoint(root / "d", "llama_gqa", seed=12, base=v, noise=0.03)
+
+
+@pytest.fixture(scope="module")
+def bundle(pair_dirs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("b") / "bundle"
+    compile_bundle(CompileJob(*pair_dirs, out, SHAPE, max_seq=128, profile_repeats=3), log=lambda m: None)
+    return out
+
+
+def eager_ar(rt, prompt, n):
+    dec = AutoregressiveDecoder(rt.verifier.graph, rt.verifier.layout)
+    return [t for c in dec.stream(prompt, n, SamplingParams()) for t in c]
+
+
+def test_compiled_decoding_is_lossless(bundle):
+    rt = Runtime.load(bundle)
+    assert set(rt.compiled["verifier"].runners) == {1, 32, SHAPE.verify + 1}
+    for seed in range(3):
+        prompt = torch.randint(1, 301, (5 + 9 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        ref = eager_ar(rt, prompt, 48)
+        assert rt.generate(prompt, 48).tokens == ref  # the plan's tree through compiled buckets
+        assert rt.generate(prompt, 48, decoder=rt.decoder(speculative=False)).tokens == ref
+        for shape in (TreeShape(4, 1, 4), TreeShape(2, 2, 4)):  # compiled drafter widths, other verify widths
+            assert rt.generate(prompt, 48, decoder=rt.decoder(shape=shape)).tokens == ref
+    assert rt.last_stats.n_iterations > 0
+
+
+def test_compiled_logits_match_eager(bundle):
+    rt = Runtime.load(bundle)
+    slots = torch.arange(6)
+    mask = torch.arange(128)[None, :] <= slots[:, None]
+    ids = torch.tensor([3, 1, 4, 1, 5, 9])
+    runner = rt.compiled["verifier"].runners[SHAPE.verify + 1]
+    got = runner(ids, slots.clone(), slots.clone(), mask)
+    want = rt.verifier.graph(ids, slots.clone(), slots.clone(), mask)
+    assert got.shape == want.shape and (got - want).abs().max().item() < 1e-4
+
+
+def test_load_in_fresh_process_does_not_compile(bundle):
+    code = (
+        "import json, sys\n"
+        "from torch._dynamo.utils import counters\n"
+        "from yggc.runtime import Runtime\n"
+        "import time; t = time.perf_counter()\n"
+        f"rt = Runtime.load({str(bundle)!r})\n"
+        "out = rt.generate([5, 6, 7], 16)\n"
+        "print(json.dumps({'inductor': dict(counters['inductor']), 'aot': dict(counters['aot_autograd']),"
+        " 'n': len(out.tokens), 'first_token_s': time.perf_counter() - t}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["n"] == 16 and res["inductor"] == {} and res["aot"] == {}
+
+
+def test_cli_run_and_inspect(bundle, capsys):
+    assert main(["run", str(bundle), "--prompt-ids", "5,6,7", "-n", "12", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_generated"] == 12 and res["mean_accepted_length"] >= 1.0
+    assert main(["inspect", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "verifier_w6" in out and "cost curve" in out and "plan: depth 3, width 2, verify 5" in out
+
+
+def test_tampered_bundle_is_refused(bundle, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    with open(copy / "artifacts" / "drafter_w2.pt2", "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00\x01\x02")
+    with pytest.raises(YggcError, match="drafter_w2.pt2 is corrupted"):
+        Runtime.load(copy)
+    assert main(["run", str(copy), "-p", "x"]) == 2
+    assert "re-run `yggc compile`" in capsys.readouterr().err
+
+
+def test_killed_compile_leaves_no_bundle(pair_dirs, tmp_path):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "yggc.cli", "compile", "-m", str(pair_dirs[0]), "-md",
+                             str(pair_dirs[1]), "-o", str(out), "--max-seq", "64", "--depth", "2", "--width", "3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(tmp_path.glob(".killed.partial-*/artifacts/*.pt2")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    from yggc.passes.write_bundle import clean_stale_partials
+
+    clean_stale_partials(out)
+    assert list(tmp_path.iterdir()) == []

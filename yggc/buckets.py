@@ -1,0 +1,58 @@
+"""Compiled fixed-width buckets behind the graph's one forward signature.
+
+A bucket is an AOTInductor package (.pt2) for one model at one input width W, with the cache view
+length S dynamic. Packages hold no weights: every bucket of a model shares that model's parameters
+and its static KV cache (loaded as user-managed constants), so a write by one bucket is seen by all.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .errors import YggcError
+
+
+def bucket_name(model: str, width: int) -> str:
+    return f"{model}_w{width}"
+
+
+def graph_constants(graph: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer by name, tied ones under each of their names."""
+    consts = dict(graph.named_parameters(remove_duplicate=False))
+    consts.update(graph.named_buffers(remove_duplicate=False))
+    return consts
+
+
+def load_bucket(path: Path, graph: torch.nn.Module):
+    """Load a package and bind it to `graph`'s tensors before it can ever be called."""
+    try:
+        runner = torch._inductor.aoti_load_package(str(path))
+    except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
+        raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
+    consts = graph_constants(graph)
+    missing = [n for n in runner.get_constant_fqns() if n not in consts]
+    if missing:
+        raise YggcError(f"compiled bucket {path.name} expects tensor {missing[0]!r} the model lacks; "
+                        "re-run `yggc compile`")
+    # Calling the package before its constants are bound would crash the process, hence here, at once.
+    runner.load_constants({n: consts[n] for n in runner.get_constant_fqns()}, check_full_update=True,
+                          user_managed=True)
+    return runner
+
+
+class CompiledModel:
+    """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise)."""
+
+    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path]):
+        self.graph, self.cfg = graph, graph.cfg
+        self.runners = {w: load_bucket(p, graph) for w, p in sorted(packages.items())}
+
+    def __call__(self, input_ids, position_ids, cache_slots, attn_mask) -> torch.Tensor:
+        run = self.runners.get(input_ids.shape[0])
+        if run is None:
+            return self.graph(input_ids, position_ids, cache_slots, attn_mask)
+        return run(input_ids, position_ids, cache_slots, attn_mask)
+
+    def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
+        self.graph.move_kv(src_slots, dst_slots)

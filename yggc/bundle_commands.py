@@ -1,0 +1,56 @@
+"""`yggc compile` and `yggc inspect`: the CLI's bundle commands (argument handling only)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import models
+from .bundle import load_manifest
+from .errors import YggcError
+from .run_command import tree_shape
+
+
+def compile_command(args: argparse.Namespace) -> int:
+    from .passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
+
+    verifier_dir, drafter_dir = args.model, args.model_draft
+    if verifier_dir is None and drafter_dir is None:
+        verifier_dir, drafter_dir = models.demo_pair_dirs()
+    if verifier_dir is None or drafter_dir is None:
+        raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise YggcError("--device cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
+    job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output), tree_shape(args),
+                     models.parse_dtype(args.dtype), models.context_length(verifier_dir, args.max_seq),
+                     args.device, args.overwrite)
+    compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
+    return 0
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    manifest = load_manifest(args.bundle)
+    root = Path(args.bundle)
+    profile = json.loads((root / "profile.json").read_text()) if (root / "profile.json").exists() else {}
+    plan = json.loads((root / "plan.json").read_text()) if (root / "plan.json").exists() else {}
+    if args.json:
+        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile, "plan": plan}, indent=2))
+        return 0
+    m = manifest
+    print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
+    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, max_seq {m.max_seq}, created {m.created}")
+    print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')}")
+    print("  buckets:")
+    for b in m.buckets:
+        ms = profile.get("models", {}).get(b["model"], {}).get("bucket_ms", {}).get(str(b["width"]))
+        print(f"    {b['name']:<16} width {b['width']:>4}  {ms:.3f} ms" if ms is not None else f"    {b['name']}")
+    for name, entry in profile.get("models", {}).items():
+        c = entry["cost_curve"]
+        print(f"  {name} cost curve: T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x max(0, W - {c['knee']:g})")
+    for stage, ms in profile.get("host_ms", {}).items():
+        print(f"  host {stage}: {ms:.4f} ms")
+    return 0

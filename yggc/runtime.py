@@ -1,0 +1,84 @@
+"""`yggc.Runtime`: a validated bundle, loaded without compiling anything, ready to decode.
+
+    rt = yggc.Runtime.load("bundle")
+    out = rt.generate("def fib(n):", max_new_tokens=64)
+    for piece in rt.stream("import os", max_new_tokens=32): print(piece, end="")
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import models
+from .autoregressive import AutoregressiveDecoder
+from .buckets import CompiledModel
+from .bundle import Manifest, validate_bundle
+from .detokenize import StreamDecoder
+from .sampling import SamplingParams
+from .speculative import SpeculativeDecoder, TreeShape
+from .stats import DecodeStats
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    text: str
+    stats: DecodeStats
+
+
+class Runtime:
+    def __init__(self, path: Path, manifest: Manifest, verifier: models.LoadedModel, drafter: models.LoadedModel,
+                 compiled: dict[str, CompiledModel], shape: TreeShape):
+        self.path, self.manifest, self.shape = path, manifest, shape
+        self.verifier, self.drafter, self.compiled = verifier, drafter, compiled
+        self.tokenizer = verifier.tokenizer
+        self.last_stats = DecodeStats()
+
+    @classmethod
+    def load(cls, path: str | Path) -> Runtime:
+        """Validate the manifest and every file first, then load weights and compiled buckets."""
+        path = Path(path)
+        manifest = validate_bundle(path)
+        dtype = models.parse_dtype(manifest.dtype)
+        loaded = {name: models.load(path / name, dtype, manifest.max_seq) for name in ("verifier", "drafter")}
+        compiled = {}
+        for name, model in loaded.items():
+            files = {b["width"]: path / b["file"] for b in manifest.buckets if b["model"] == name}
+            compiled[name] = CompiledModel(model.graph, files)
+        plan = json.loads((path / "plan.json").read_text())
+        shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
+        return cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape)
+
+    def decoder(self, speculative: bool = True, shape: TreeShape | None = None, chain_rule: str = "block"):
+        layout = self.verifier.layout
+        if not speculative:
+            return AutoregressiveDecoder(self.compiled["verifier"], layout)
+        return SpeculativeDecoder(self.compiled["verifier"], self.compiled["drafter"], layout,
+                                  shape or self.shape, chain_rule)
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        return list(prompt) if isinstance(prompt, list) else models.encode_prompt(self.tokenizer, prompt)
+
+    def stream_tokens(self, prompt: str | list[int], max_new_tokens: int = 128, temperature: float = 0.0,
+                      top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None
+                      ) -> Iterator[list[int]]:
+        dec = decoder or self.decoder()
+        params = SamplingParams(temperature, top_k, top_p, seed)
+        yield from dec.stream(self.encode(prompt), max_new_tokens, params, self.verifier.eos_ids)
+        self.last_stats = dec.stats
+
+    def stream(self, prompt: str | list[int], max_new_tokens: int = 128, **kw) -> Iterator[str]:
+        """Yields text pieces as they are accepted."""
+        text = StreamDecoder(self.tokenizer)
+        for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
+            piece = text.push(tokens)
+            if piece:
+                yield piece
+
+    def generate(self, prompt: str | list[int], max_new_tokens: int = 128, **kw) -> Generation:
+        text = StreamDecoder(self.tokenizer)
+        for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
+            text.push(tokens)
+        return Generation(text.ids, text.text(), self.last_stats)
