@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 
+from ..draft_phase import HEAD_WIDTH, DraftPhase
 from ..graphs import LlamaGraph
 
 INDUCTOR_CONFIGS = {"aot_inductor.package_constants_in_so": False}
@@ -21,10 +22,23 @@ def example_inputs(width: int, max_seq: int, device: str) -> tuple[torch.Tensor,
     return ids, pos, slots, torch.ones(width, max_seq, dtype=torch.bool, device=device)
 
 
-def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, device: str = "cpu") -> Path:
-    """Export graph.forward at input width `width` and compile it into `out_path` (.pt2)."""
+def compile_program(module: torch.nn.Module, inputs: tuple, mask_arg: int, max_seq: int, out_path: Path) -> Path:
+    """Export `module` on `inputs` with the mask argument's view length S dynamic; compile to out_path."""
     view = Dim("S", min=2, max=max_seq)  # attention reads cache slots [0, S); S varies per call
-    program = torch.export.export(graph, example_inputs(width, max_seq, device),
-                                  dynamic_shapes=(None, None, None, {1: view}))
+    dynamic = tuple({1: view} if i == mask_arg else None for i in range(len(inputs)))
+    program = torch.export.export(module, inputs, dynamic_shapes=dynamic)
     torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=INDUCTOR_CONFIGS)
     return out_path
+
+
+def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, device: str = "cpu") -> Path:
+    """graph.forward at input width `width` -> out_path (.pt2)."""
+    return compile_program(graph, example_inputs(width, max_seq, device), 3, max_seq, out_path)
+
+
+def lower_draft_phase(phase: DraftPhase, max_seq: int, out_path: Path, device: str = "cpu") -> Path:
+    """The whole draft phase (head step, D-1 tree steps, top-W growth) -> one package."""
+    long = {"dtype": torch.long, "device": device}
+    inputs = (torch.zeros(HEAD_WIDTH, **long), torch.zeros(HEAD_WIDTH, **long), torch.tensor(0, **long),
+              torch.tensor(0, **long), torch.ones(HEAD_WIDTH, max_seq, dtype=torch.bool, device=device))
+    return compile_program(phase, inputs, 4, max_seq, out_path)

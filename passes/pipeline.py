@@ -16,8 +16,9 @@ from .. import models
 from ..autoregressive import PREFILL_CHUNK
 from ..buckets import CompiledModel, bucket_name
 from ..graphs import check_pair
-from ..speculative import HEAD_WIDTH, TreeShape
-from .lower import lower_bucket
+from ..draft_phase import HEAD_WIDTH, DraftPhase
+from ..speculative import TreeShape
+from .lower import lower_bucket, lower_draft_phase
 from .profile import profile_models
 from .write_bundle import BundleWriter
 
@@ -41,10 +42,16 @@ def bucket_widths(shape: TreeShape) -> dict[str, list[int]]:
             "drafter": sorted({1, HEAD_WIDTH, shape.width, PREFILL_CHUNK})}
 
 
+def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
+    name = f"draft_d{shape.depth}_w{shape.width}"
+    return {"name": name, "model": "drafter", "kind": "draft_phase", "depth": shape.depth, "width": shape.width,
+            "file": f"artifacts/{name}.pt2", "module": DraftPhase(drafter, shape.depth, shape.width, vocab)}
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     widths = bucket_widths(job.shape)
-    n_steps = 2 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, write
+    n_steps = 3 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, draft phase, write
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     def step(msg: str) -> None:
@@ -65,8 +72,13 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
                 buckets.append({"name": bucket_name(name, width), "model": name, "kind": "forward",
                                 "width": width, "file": rel})
                 step(f"lowered {name} W={width}")
+        draft = draft_phase_bucket(job.shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
+        lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device)
+        buckets.append(draft)
+        step(f"lowered the draft phase D={job.shape.depth} W={job.shape.width}")
         compiled = {name: CompiledModel(m.graph, {b["width"]: w.root / b["file"] for b in buckets
-                                                  if b["model"] == name}) for name, m in loaded.items()}
+                                                  if b["model"] == name and b["kind"] == "forward"})
+                    for name, m in loaded.items()}
         layout = loaded["verifier"].layout
         profile = profile_models(compiled, widths, layout, job.shape, job.profile_repeats, step)
         w.write_json("profile.json", profile)

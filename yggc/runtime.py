@@ -13,7 +13,8 @@ from pathlib import Path
 
 from . import models
 from .autoregressive import AutoregressiveDecoder
-from .buckets import CompiledModel
+from .buckets import CompiledModel, load_bucket
+from .draft_phase import DraftPhase
 from .bundle import Manifest, validate_bundle
 from .detokenize import StreamDecoder
 from .sampling import SamplingParams
@@ -35,6 +36,7 @@ class Runtime:
         self.verifier, self.drafter, self.compiled = verifier, drafter, compiled
         self.tokenizer = verifier.tokenizer
         self.last_stats = DecodeStats()
+        self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
 
     @classmethod
     def load(cls, path: str | Path) -> Runtime:
@@ -45,18 +47,26 @@ class Runtime:
         loaded = {name: models.load(path / name, dtype, manifest.max_seq) for name in ("verifier", "drafter")}
         compiled = {}
         for name, model in loaded.items():
-            files = {b["width"]: path / b["file"] for b in manifest.buckets if b["model"] == name}
+            files = {b["width"]: path / b["file"] for b in manifest.buckets
+                     if b["model"] == name and b["kind"] == "forward"}
             compiled[name] = CompiledModel(model.graph, files)
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
-        return cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape)
+        rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape)
+        vocab = loaded["verifier"].graph.cfg.vocab_size
+        for b in manifest.buckets:
+            if b["kind"] == "draft_phase":
+                phase = DraftPhase(loaded["drafter"].graph, b["depth"], b["width"], vocab)
+                rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase)
+        return rt
 
     def decoder(self, speculative: bool = True, shape: TreeShape | None = None, chain_rule: str = "block"):
         layout = self.verifier.layout
         if not speculative:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
-        return SpeculativeDecoder(self.compiled["verifier"], self.compiled["drafter"], layout,
-                                  shape or self.shape, chain_rule)
+        shape = shape or self.shape
+        return SpeculativeDecoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape, chain_rule,
+                                  self.draft_runners.get((shape.depth, shape.width)))
 
     def encode(self, prompt: str | list[int]) -> list[int]:
         return list(prompt) if isinstance(prompt, list) else models.encode_prompt(self.tokenizer, prompt)

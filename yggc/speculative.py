@@ -18,15 +18,13 @@ import torch
 from .autoregressive import PREFILL_CHUNK, StopPolicy, check_prompt
 from .block_verification import verify_chain_block, verify_chain_tokenwise
 from .cache_layout import CacheLayout, causal_rows, prefill
-from .egt import egt_frontier, egt_init, egt_step, egt_tree
+from .draft_phase import HEAD_WIDTH, DraftPhase, align_vocab, tree_mask
 from .errors import YggcError
 from .prune import prune_topk
 from .sampling import SamplingParams, next_token, target_probs
 from .stats import DecodeStats
 from .token_tree import TokenTree
 from .verification import verify_greedy, verify_tree_sampling
-
-HEAD_WIDTH = 2  # the head step feeds at most [accepted leaf the drafter never saw, root]
 
 
 @dataclass(frozen=True)
@@ -49,22 +47,6 @@ class TreeShape:
         return cls(depth, width, verify)
 
 
-def align_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Drafter logits [W, Vd] -> [W, vocab]: drop padding rows or give missing ids -inf."""
-    if logits.shape[-1] >= vocab:
-        return logits[..., :vocab]
-    pad = logits.new_full((*logits.shape[:-1], vocab - logits.shape[-1]), float("-inf"))
-    return torch.cat([logits, pad], dim=-1)
-
-
-def tree_mask(n: int, anc: torch.Tensor, view: int) -> torch.Tensor:
-    """Rows see the prefix (slots < n) and their tree ancestors (tree slot j at n + j): anc [R, N]."""
-    mask = torch.zeros(anc.shape[0], view, dtype=torch.bool)
-    mask[:, :n] = True
-    mask[:, n:n + anc.shape[1]] = anc
-    return mask
-
-
 @dataclass
 class Draft:
     tree: TokenTree
@@ -73,45 +55,41 @@ class Draft:
 
 
 class SpeculativeDecoder:
-    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block"):
+    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
+                 draft_phase=None):
         self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
         self.vocab = verifier.cfg.vocab_size
+        self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab)
+        # the bundle's compiled draft phase when it has one for this shape, else the same module eagerly
+        self.run_draft = draft_phase or self.draft_phase
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
         self.stats = DecodeStats()
 
     # -- drafting ------------------------------------------------------------------------------------
-    def head_step(self, pending: list[int], n: int) -> torch.Tensor:
-        """Feed the drafter the tokens it has not seen (root last, at slot n) -> root logits [vocab]."""
+    def head_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
+        """Tokens the drafter has not seen (root last, at slot n), padded to HEAD_WIDTH rows."""
         k = len(pending)
         slots = torch.full((HEAD_WIDTH,), self.layout.trash, dtype=torch.long)
         slots[:k] = torch.arange(n - k + 1, n + 1)
         tokens = torch.zeros(HEAD_WIDTH, dtype=torch.long)
         tokens[:k] = torch.tensor(pending)
-        mask = causal_rows(slots, self.layout.view(n + 1))
-        logits = self.drafter(tokens, torch.where(slots == self.layout.trash, 0, slots), slots, mask)
-        return align_vocab(logits[k - 1], self.vocab)
-
-    def draft_tree(self, root_logits: torch.Tensor, root: int, n: int) -> Draft:
-        """Grow the EGT: D drafter calls (the head step already made the first), W new nodes each."""
-        D, W = self.shape.depth, self.shape.width
-        state = egt_init(root, D, W, self.vocab)
-        logp = torch.log_softmax(root_logits, -1).expand(W, -1)
-        state = egt_step(state, logp)
         view = self.layout.view(n + self.shape.n_nodes)
-        for _ in range(D - 1):
-            f = egt_frontier(state)
-            slots = n + f.ids
-            logits = self.drafter(f.tokens, n + f.depth, slots, tree_mask(n, f.mask, view))
-            state = egt_step(state, torch.log_softmax(align_vocab(logits, self.vocab), -1))
-        return Draft(egt_tree(state), None, 1 + (D - 1) * W)
+        return tokens, slots, torch.tensor(k - 1), torch.tensor(n), causal_rows(slots, view)
 
-    def draft_chain_sampled(self, root_logits: torch.Tensor, root: int, n: int, params: SamplingParams,
+    def draft_tree(self, pending: list[int], n: int) -> Draft:
+        """The EGT draft phase in one call: D drafter calls, W new nodes each."""
+        tokens, parents, depth, cum_logp, _ = self.run_draft(*self.head_inputs(pending, n))
+        tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
+        return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width)
+
+    def draft_chain_sampled(self, pending: list[int], n: int, params: SamplingParams,
                             gen: torch.Generator) -> Draft:
         """W = 1 at temperature > 0: each draft is SAMPLED from the drafter (the chain rules need it)."""
         D = self.shape.depth
-        tree = TokenTree.from_root(root, 1 + D)
+        tree = TokenTree.from_root(pending[-1], 1 + D)
         q = torch.empty(D, self.vocab)
-        logits = root_logits
+        tokens, slots, root_row, _, mask = self.head_inputs(pending, n)
+        logits = self.draft_phase.head(tokens, slots, root_row, mask)
         for d in range(1, D + 1):
             q[d - 1] = target_probs(logits, params)
             tree.tokens[d] = int(torch.multinomial(q[d - 1], 1, generator=gen))
@@ -173,11 +151,10 @@ class SpeculativeDecoder:
         root = pending[-1]
         if stop.kv_full(n, self.shape.n_nodes):
             return self.fallback_step(root, n, params, gen, stop)
-        root_logits = self.head_step(pending, n)
         if params.greedy or self.shape.width > 1:
-            draft = self.draft_tree(root_logits, root, n)
+            draft = self.draft_tree(pending, n)
         else:
-            draft = self.draft_chain_sampled(root_logits, root, n, params, gen)
+            draft = self.draft_chain_sampled(pending, n, params, gen)
         kept, sub, path, token = self.verify(draft, n, params, gen)
         self.record(sub, len(path))
         k = len(path)

@@ -1,0 +1,57 @@
+"""The whole EGT draft phase as one fixed-shape module: head step + D-1 tree steps + top-W selection.
+
+No Python control flow depends on data, so one export compiles D drafter calls and the on-device
+top-W growth into a single call (yggdrasil.txt, section 4.2: all draft graphs launched at once).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .egt import egt_frontier, egt_init, egt_step
+
+HEAD_WIDTH = 2  # the head step feeds at most [accepted leaf the drafter never saw, root]
+
+
+def align_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Drafter logits [W, Vd] -> [W, vocab]: drop padding rows or give missing ids -inf."""
+    if logits.shape[-1] >= vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - logits.shape[-1]), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
+
+
+def tree_mask(n: int | torch.Tensor, anc: torch.Tensor, view: int) -> torch.Tensor:
+    """Rows see the prefix (slots < n) and their tree ancestors (tree node j at slot n + j).
+
+    anc [R, N] ancestor-or-self rows -> mask [R, view]; n may be a tensor (no data-dependent shapes).
+    """
+    col = torch.arange(view, device=anc.device)
+    rel = col - n  # [view] tree node index each slot would hold
+    in_tree = (rel >= 0) & (rel < anc.shape[1])
+    return (col < n)[None, :] | (anc[:, rel.clamp(0, anc.shape[1] - 1)] & in_tree[None, :])
+
+
+class DraftPhase(nn.Module):
+    def __init__(self, drafter: nn.Module, depth: int, width: int, vocab: int):
+        super().__init__()
+        self.drafter, self.depth, self.width, self.vocab = drafter, depth, width, vocab
+
+    def head(self, pending_tokens, pending_slots, root_row, head_mask) -> torch.Tensor:
+        """Feed the tokens the drafter has not seen (padding rows go to the trash slot) -> root logits [vocab]."""
+        logits = self.drafter(pending_tokens, pending_slots, pending_slots, head_mask)  # [2, Vd]; position = slot
+        return align_vocab(logits.index_select(0, root_row.view(1))[0], self.vocab)
+
+    def forward(self, pending_tokens, pending_slots, root_row, n, head_mask):
+        """pending_tokens/slots [2], root_row [], n [] (the root's slot), head_mask [2, S]
+        -> tree tokens, parents, depth [N] long, cum_logp [N], ancestor mask [N, N]; N = 1 + D*W."""
+        W, view = self.width, head_mask.shape[1]
+        root_logits = self.head(pending_tokens, pending_slots, root_row, head_mask)
+        state = egt_init(0, self.depth, W, self.vocab)
+        state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), pending_tokens.index_select(0, root_row.view(1)))
+        state = egt_step(state, torch.log_softmax(root_logits, -1).expand(W, -1))
+        for _ in range(self.depth - 1):
+            f = egt_frontier(state)
+            logits = self.drafter(f.tokens, n + f.depth, n + f.ids, tree_mask(n, f.mask, view))
+            state = egt_step(state, torch.log_softmax(align_vocab(logits, self.vocab), -1))
+        return state.tokens, state.parents, state.depth, state.cum_logp, state.anc
