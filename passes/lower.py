@@ -12,6 +12,7 @@ from torch.export import Dim
 
 from ..draft_phase import HEAD_WIDTH, DraftPhase
 from ..graphs import LlamaGraph
+from ..verify_phase import GreedyVerifyPhase
 
 INDUCTOR_CONFIGS = {"aot_inductor.package_constants_in_so": False}
 
@@ -22,10 +23,12 @@ def example_inputs(width: int, max_seq: int, device: str) -> tuple[torch.Tensor,
     return ids, pos, slots, torch.ones(width, max_seq, dtype=torch.bool, device=device)
 
 
-def compile_program(module: torch.nn.Module, inputs: tuple, mask_arg: int, max_seq: int, out_path: Path) -> Path:
-    """Export `module` on `inputs` with the mask argument's view length S dynamic; compile to out_path."""
+def compile_program(module: torch.nn.Module, inputs: tuple, view_arg: tuple[int, int], max_seq: int,
+                    out_path: Path) -> Path:
+    """Export `module` on `inputs` with the cache view length S dynamic (dim view_arg[1] of input
+    view_arg[0]); compile to out_path."""
     view = Dim("S", min=2, max=max_seq)  # attention reads cache slots [0, S); S varies per call
-    dynamic = tuple({1: view} if i == mask_arg else None for i in range(len(inputs)))
+    dynamic = tuple({view_arg[1]: view} if i == view_arg[0] else None for i in range(len(inputs)))
     program = torch.export.export(module, inputs, dynamic_shapes=dynamic)
     torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=INDUCTOR_CONFIGS)
     return out_path
@@ -33,12 +36,23 @@ def compile_program(module: torch.nn.Module, inputs: tuple, mask_arg: int, max_s
 
 def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, device: str = "cpu") -> Path:
     """graph.forward at input width `width` -> out_path (.pt2)."""
-    return compile_program(graph, example_inputs(width, max_seq, device), 3, max_seq, out_path)
+    return compile_program(graph, example_inputs(width, max_seq, device), (3, 1), max_seq, out_path)
 
 
 def lower_draft_phase(phase: DraftPhase, max_seq: int, out_path: Path, device: str = "cpu") -> Path:
     """The whole draft phase (head step, D-1 tree steps, top-W growth) -> one package."""
     long = {"dtype": torch.long, "device": device}
     inputs = (torch.zeros(HEAD_WIDTH, **long), torch.zeros(HEAD_WIDTH, **long), torch.tensor(0, **long),
-              torch.tensor(0, **long), torch.ones(HEAD_WIDTH, max_seq, dtype=torch.bool, device=device))
-    return compile_program(phase, inputs, 4, max_seq, out_path)
+              torch.tensor(0, **long), torch.ones(HEAD_WIDTH, max_seq, dtype=torch.bool, device=device),
+              torch.zeros(phase.depth, **long), torch.ones(phase.depth, **long))
+    return compile_program(phase, inputs, (4, 1), max_seq, out_path)
+
+
+def lower_verify_phase(phase: GreedyVerifyPhase, n_nodes: int, max_seq: int, out_path: Path,
+                       device: str = "cpu") -> Path:
+    """Pruning, the verifier forward, greedy acceptance and KV compaction -> one package."""
+    long = {"dtype": torch.long, "device": device}
+    inputs = (torch.zeros(n_nodes, **long), torch.full((n_nodes,), -1, **long), torch.zeros(n_nodes, **long),
+              torch.zeros(n_nodes, device=device), torch.eye(n_nodes, dtype=torch.bool, device=device),
+              torch.tensor(0, **long), torch.arange(max_seq, device=device))
+    return compile_program(phase, inputs, (6, 0), max_seq, out_path)

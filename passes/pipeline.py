@@ -15,10 +15,11 @@ from tqdm import tqdm
 from .. import models
 from ..autoregressive import PREFILL_CHUNK
 from ..buckets import CompiledModel, bucket_name
-from ..graphs import check_pair
 from ..draft_phase import HEAD_WIDTH, DraftPhase
+from ..graphs import check_pair
 from ..speculative import TreeShape
-from .lower import lower_bucket, lower_draft_phase
+from ..verify_phase import GreedyVerifyPhase
+from .lower import lower_bucket, lower_draft_phase, lower_verify_phase
 from .profile import profile_models
 from .write_bundle import BundleWriter
 
@@ -48,10 +49,17 @@ def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
             "file": f"artifacts/{name}.pt2", "module": DraftPhase(drafter, shape.depth, shape.width, vocab)}
 
 
+def verify_phase_bucket(shape: TreeShape, verifier) -> dict:
+    name = f"verify_d{shape.depth}_w{shape.width}_v{shape.verify}"
+    return {"name": name, "model": "verifier", "kind": "verify_phase", "depth": shape.depth, "width": shape.width,
+            "verify": shape.verify, "file": f"artifacts/{name}.pt2",
+            "module": GreedyVerifyPhase(verifier, shape.depth, shape.verify)}
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     widths = bucket_widths(job.shape)
-    n_steps = 3 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, draft phase, write
+    n_steps = 4 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, phases, write
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     def step(msg: str) -> None:
@@ -76,6 +84,10 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device)
         buckets.append(draft)
         step(f"lowered the draft phase D={job.shape.depth} W={job.shape.width}")
+        verify = verify_phase_bucket(job.shape, loaded["verifier"].graph)
+        lower_verify_phase(verify.pop("module"), job.shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device)
+        buckets.append(verify)
+        step(f"lowered the verify phase V={job.shape.verify}")
         compiled = {name: CompiledModel(m.graph, {b["width"]: w.root / b["file"] for b in buckets
                                                   if b["model"] == name and b["kind"] == "forward"})
                     for name, m in loaded.items()}

@@ -43,7 +43,8 @@ def eager_ar(rt, prompt, n):
 def test_compiled_decoding_is_lossless(bundle):
     rt = Runtime.load(bundle)
     assert set(rt.compiled["verifier"].runners) == {1, 32, SHAPE.verify + 1}
-    assert set(rt.draft_runners) == {(SHAPE.depth, SHAPE.width)}  # the fused draft phase is used
+    assert set(rt.draft_runners) == {(SHAPE.depth, SHAPE.width)}  # the fused phases are used
+    assert set(rt.verify_runners) == {(SHAPE.depth, SHAPE.width, SHAPE.verify)}
     for seed in range(3):
         prompt = torch.randint(1, 301, (5 + 9 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         ref = eager_ar(rt, prompt, 48)

@@ -41,11 +41,13 @@ from . import __version__, models
 from .autoregressive import AutoregressiveDecoder
 from .cache_layout import CacheLayout, causal_rows
 from .errors import YggcError
+from .graphs import check_pair
 from .sampling import SamplingParams
 from .speculative import SpeculativeDecoder, TreeShape
 from .timing import median_ms
 
-ROWS = ("hf-ar", "hf-assisted", "yggc-ar-eager", "yggc-ar-compiled", "yggc-chain", "yggc-tree-static", "yggc-full")
+# table order = set-up order: eager rows first, so the compiled rows' RSS increments show only the bundle
+ROWS = ("hf-ar", "hf-assisted", "yggc-ar-eager", "yggc-chain", "yggc-tree-static", "yggc-ar-compiled", "yggc-full")
 HF_ROWS = frozenset({"hf-ar", "hf-assisted"})
 DRAFTER_ROWS = frozenset({"hf-assisted", "yggc-chain", "yggc-tree-static", "yggc-full"})
 BUNDLE_ROWS = frozenset({"yggc-ar-compiled", "yggc-full"})
@@ -190,6 +192,8 @@ class StreamTimer:
 
     def result(self, tokens: list[int]) -> Result:
         new = self.calls[1:]
+        if len(new) < 2:
+            return Result(tokens, 0.0, [])
         after_first = sum(k for _, k in new[1:])
         tpot = 1000 * (new[-1][0] - new[0][0]) / after_first if after_first else 0.0
         return Result(tokens, tpot, [k for _, k in new[1:]])
@@ -477,11 +481,14 @@ def weight_bytes(module: torch.nn.Module) -> int:
 
 
 def verifier_weight_bytes(m: Models) -> int:
-    for name in ("verifier", "runtime", "hf_verifier"):  # whichever is already loaded
-        if name in m.__dict__:
-            obj = m.__dict__[name]
-            graph = obj.verifier.graph if name == "runtime" else getattr(obj, "graph", obj)
-            return weight_bytes(graph)
+    """Of the verifier as the rows ran it (a yggc graph if one is loaded, else transformers' model)."""
+    loaded = m.__dict__  # cached_property values; nothing new is loaded here unless nothing was
+    if "verifier" in loaded:
+        return weight_bytes(loaded["verifier"].graph)
+    if "runtime" in loaded:
+        return weight_bytes(loaded["runtime"].verifier.graph)
+    if "hf_verifier" in loaded:
+        return weight_bytes(loaded["hf_verifier"])
     return weight_bytes(m.verifier.graph)
 
 
@@ -490,9 +497,9 @@ def verify_step_ms(model, width: int, layout: CacheLayout, context: int, repeats
     context = min(context, layout.max_seq - width)
     slots = torch.arange(context, context + width)
     mask = causal_rows(slots, layout.view(context + width))
-    ids = torch.zeros(width, dtype=torch.long)
+    ids, positions = torch.zeros(width, dtype=torch.long), slots.clone()  # distinct tensors, as in decoding
     with torch.inference_mode():
-        return median_ms(lambda: model(ids, slots, slots, mask), repeats)
+        return median_ms(lambda: model(ids, positions, slots, mask), repeats)
 
 
 def physical_floor(cfg: BenchConfig, rows: list[Row], m: Models, context: int) -> dict:
@@ -600,8 +607,9 @@ def summary_lines(cfg: BenchConfig, prompts: list[list[int]], source: str, floor
     mode = "greedy" if cfg.greedy else f"temperature {cfg.temperature:g} (sampling; no equality column)"
     lines = [f"machine: {machine_line()}",
              f"pair: verifier {cfg.verifier}, drafter {cfg.drafter}; dtype {cfg.dtype}, max_seq {cfg.max_seq}",
-             f"workload: {cfg.n_prompts} prompts ({source}; {statistics.mean(map(len, prompts)):.0f} tokens on "
-             f"average) x {cfg.n_new} new tokens x {cfg.repeats} repeats, {mode}; rows interleaved, warm-up excluded"]
+             f"workload: {cfg.n_prompts} prompt(s) ({source}; {statistics.mean(map(len, prompts)):.0f} tokens on "
+             f"average) x {cfg.n_new} new tokens x {cfg.repeats} repeat(s), {mode}; rows interleaved, warm-up "
+             "excluded"]
     for name, times in tuning.items():
         lines.append(f"{name} tuned on a held-out warm-up prompt, TPOT ms: "
                      + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
@@ -667,6 +675,8 @@ class Report:
 def run_benchmark(cfg: BenchConfig) -> Report:
     if cfg.plot_path:
         require_matplotlib()  # fail before the long run, not after
+    if cfg.drafter is not None:
+        check_pair(cfg.verifier, cfg.drafter)
     tokenizer = models.load_tokenizer(cfg.verifier)
     prompts, source = make_prompts(cfg, tokenizer, models.load_config(cfg.verifier).vocab_size)
     check_fits(prompts, cfg)
@@ -677,6 +687,8 @@ def run_benchmark(cfg: BenchConfig) -> Report:
         raise YggcError("no row can run with these flags (see the skip notes above)")
     measure(rows, measured, cfg.n_new, cfg.repeats, cfg.temperature)
     ref = reference_row(rows) if cfg.greedy else None
+    if cfg.quick and cfg.greedy and ref is None:
+        raise YggcError("--quick checks equality against hf-ar or yggc-ar-eager; keep one of them in --rows")
     if ref is not None:
         check_equality(rows, ref)
     context = int(statistics.mean(map(len, measured))) + cfg.n_new // 2

@@ -42,10 +42,12 @@ class DraftPhase(nn.Module):
         logits = self.drafter(pending_tokens, pending_slots, pending_slots, head_mask)  # [2, Vd]; position = slot
         return align_vocab(logits.index_select(0, root_row.view(1))[0], self.vocab)
 
-    def forward(self, pending_tokens, pending_slots, root_row, n, head_mask):
-        """pending_tokens/slots [2], root_row [], n [] (the root's slot), head_mask [2, S]
+    def forward(self, pending_tokens, pending_slots, root_row, n, head_mask, move_src, move_dst):
+        """pending_tokens/slots [2], root_row [], n [] (the root's slot), head_mask [2, S], and the K/V
+        moves [D] the last acceptance left for the drafter (trash -> trash when none)
         -> tree tokens, parents, depth [N] long, cum_logp [N], ancestor mask [N, N]; N = 1 + D*W."""
         W, view = self.width, head_mask.shape[1]
+        self.drafter.move_kv(move_src, move_dst)
         root_logits = self.head(pending_tokens, pending_slots, root_row, head_mask)
         state = egt_init(0, self.depth, W, self.vocab)
         state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), pending_tokens.index_select(0, root_row.view(1)))

@@ -14,12 +14,13 @@ from pathlib import Path
 from . import models
 from .autoregressive import AutoregressiveDecoder
 from .buckets import CompiledModel, load_bucket
-from .draft_phase import DraftPhase
 from .bundle import Manifest, validate_bundle
 from .detokenize import StreamDecoder
+from .draft_phase import DraftPhase
 from .sampling import SamplingParams
 from .speculative import SpeculativeDecoder, TreeShape
 from .stats import DecodeStats
+from .verify_phase import GreedyVerifyPhase
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Runtime:
         self.tokenizer = verifier.tokenizer
         self.last_stats = DecodeStats()
         self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
+        self.verify_runners: dict[tuple[int, int, int], object] = {}  # (D, W, V) -> compiled greedy verify phase
 
     @classmethod
     def load(cls, path: str | Path) -> Runtime:
@@ -58,6 +60,9 @@ class Runtime:
             if b["kind"] == "draft_phase":
                 phase = DraftPhase(loaded["drafter"].graph, b["depth"], b["width"], vocab)
                 rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase)
+            if b["kind"] == "verify_phase":
+                phase = GreedyVerifyPhase(loaded["verifier"].graph, b["depth"], b["verify"])
+                rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase)
         return rt
 
     def decoder(self, speculative: bool = True, shape: TreeShape | None = None, chain_rule: str = "block"):
@@ -66,7 +71,8 @@ class Runtime:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
         shape = shape or self.shape
         return SpeculativeDecoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape, chain_rule,
-                                  self.draft_runners.get((shape.depth, shape.width)))
+                                  self.draft_runners.get((shape.depth, shape.width)),
+                                  self.verify_runners.get((shape.depth, shape.width, shape.verify)))
 
     def encode(self, prompt: str | list[int]) -> list[int]:
         return list(prompt) if isinstance(prompt, list) else models.encode_prompt(self.tokenizer, prompt)

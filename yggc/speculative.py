@@ -24,7 +24,8 @@ from .prune import prune_topk
 from .sampling import SamplingParams, next_token, target_probs
 from .stats import DecodeStats
 from .token_tree import TokenTree
-from .verification import verify_greedy, verify_tree_sampling
+from .verification import verify_tree_sampling
+from .verify_phase import GreedyVerifyPhase
 
 
 @dataclass(frozen=True)
@@ -52,16 +53,20 @@ class Draft:
     tree: TokenTree
     q: torch.Tensor | None  # [D, vocab] drafter distributions of a sampled chain, else None
     n_fed: int  # tree nodes 0..n_fed-1 have their K/V in the drafter cache
+    anc: torch.Tensor  # [N, N] ancestor-or-self mask
 
 
 class SpeculativeDecoder:
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
-                 draft_phase=None):
+                 draft_phase=None, verify_phase=None):
         self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
         self.vocab = verifier.cfg.vocab_size
         self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab)
-        # the bundle's compiled draft phase when it has one for this shape, else the same module eagerly
+        # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
         self.run_draft = draft_phase or self.draft_phase
+        self.run_verify = verify_phase or GreedyVerifyPhase(verifier, shape.depth, shape.verify)
+        self.no_moves = torch.full((shape.depth,), layout.trash, dtype=torch.long)
+        self.drafter_moves = (self.no_moves, self.no_moves)  # accepted K/V the drafter still has to move
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
         self.stats = DecodeStats()
 
@@ -78,9 +83,9 @@ class SpeculativeDecoder:
 
     def draft_tree(self, pending: list[int], n: int) -> Draft:
         """The EGT draft phase in one call: D drafter calls, W new nodes each."""
-        tokens, parents, depth, cum_logp, _ = self.run_draft(*self.head_inputs(pending, n))
+        tokens, parents, depth, cum_logp, anc = self.run_draft(*self.head_inputs(pending, n), *self.drafter_moves)
         tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
-        return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width)
+        return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width, anc)
 
     def draft_chain_sampled(self, pending: list[int], n: int, params: SamplingParams,
                             gen: torch.Generator) -> Draft:
@@ -89,6 +94,7 @@ class SpeculativeDecoder:
         tree = TokenTree.from_root(pending[-1], 1 + D)
         q = torch.empty(D, self.vocab)
         tokens, slots, root_row, _, mask = self.head_inputs(pending, n)
+        self.drafter.move_kv(*self.drafter_moves)
         logits = self.draft_phase.head(tokens, slots, root_row, mask)
         for d in range(1, D + 1):
             q[d - 1] = target_probs(logits, params)
@@ -99,26 +105,31 @@ class SpeculativeDecoder:
                 out = self.drafter(tree.tokens[d:d + 1], slot, slot, causal_rows(slot, self.layout.view(n + d + 1)))
                 logits = align_vocab(out[0], self.vocab)
         tree.n_nodes = 1 + D
-        return Draft(tree, q, D)
+        return Draft(tree, q, D, tree.ancestor_mask())
 
     # -- verification --------------------------------------------------------------------------------
-    def verify(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
-        """One verifier call on root + V nodes -> (kept ids [V+1], accepted rows, next token)."""
+    def verify_greedy(self, draft: Draft, n: int) -> tuple[torch.Tensor, int, int]:
+        """One call: prune, verify, accept, compact the verifier's KV -> (accepted tree ids, bonus, max depth)."""
+        t = draft.tree
+        view = torch.arange(self.layout.view(n + self.shape.verify + 1))
+        kept, path, k, bonus = self.run_verify(t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n), view)
+        return kept[path[1:int(k) + 1]], int(bonus), int(t.depth[kept].max())
+
+    def verify_sampled(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
+        """Verifier call + a lossless sampling rule on the host -> (accepted tree ids, next token, max depth)."""
         kept = prune_topk(draft.tree, self.shape.verify)
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         mask = tree_mask(n, sub.ancestor_mask(), self.layout.view(n + kept.shape[0]))
-        logits = self.verifier(sub.tokens, n + sub.depth, slots, mask)  # [V+1, vocab]
-        if params.greedy:
-            path, token = verify_greedy(sub.tokens, sub.parents, logits)
-        elif draft.q is not None:
-            V = self.shape.verify
-            tau, token = self.chain_rule(sub.tokens[1:], draft.q[:V], target_probs(logits, params), gen)
+        probs = target_probs(self.verifier(sub.tokens, n + sub.depth, slots, mask), params)  # [V+1, vocab]
+        if draft.q is not None:
+            tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
             path = list(range(1, tau + 1))
         else:
-            path, token = verify_tree_sampling(sub.tokens, sub.parents, target_probs(logits, params), gen,
-                                               sub.cum_logp)
-        return kept, sub, path, token
+            path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
+        path = torch.tensor(path, dtype=torch.long)
+        self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
+        return kept[path], token, int(sub.depth.max())
 
     # -- the loop ------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -148,23 +159,22 @@ class SpeculativeDecoder:
     def iterate(self, n: int, pending: list[int], params: SamplingParams, gen: torch.Generator,
                 stop: StopPolicy) -> tuple[list[int], int, list[int]]:
         """One draft-verify-accept round from root pending[-1] at slot n -> (new tokens, n, pending)."""
-        root = pending[-1]
         if stop.kv_full(n, self.shape.n_nodes):
-            return self.fallback_step(root, n, params, gen, stop)
-        if params.greedy or self.shape.width > 1:
+            return self.fallback_step(pending[-1], n, params, gen, stop)
+        if params.greedy:
             draft = self.draft_tree(pending, n)
+            path, token, max_depth = self.verify_greedy(draft, n)
         else:
-            draft = self.draft_chain_sampled(pending, n, params, gen)
-        kept, sub, path, token = self.verify(draft, n, params, gen)
-        self.record(sub, len(path))
+            draft = self.draft_tree(pending, n) if self.shape.width > 1 else self.draft_chain_sampled(pending, n, params, gen)
+            path, token, max_depth = self.verify_sampled(draft, n, params, gen)
         k = len(path)
-        dst = n + 1 + torch.arange(k)
-        self.verifier.move_kv(n + torch.tensor(path, dtype=torch.long), dst)
-        tree_ids = kept[path] if k else kept[:0]
-        fed = tree_ids < draft.n_fed
-        self.drafter.move_kv(n + tree_ids[fed], dst[fed])  # only the last path node can be unfed
-        accepted = sub.tokens[path].tolist()
-        pending = [accepted[-1], token] if k and not bool(fed[-1]) else [token]
+        self.record(max_depth, self.shape.verify, k)
+        # the drafter moves the same path in its next draft call (an unfed leaf gets rewritten by the head step)
+        src, dst = self.no_moves.clone(), self.no_moves.clone()
+        src[:k], dst[:k] = n + path, n + 1 + torch.arange(k)
+        self.drafter_moves = (src, dst)
+        accepted = draft.tree.tokens[path].tolist()
+        pending = [accepted[-1], token] if k and int(path[-1]) >= draft.n_fed else [token]
         return accepted + [token], n + 1 + k, pending
 
     def fallback_step(self, root: int, n: int, params, gen, stop) -> tuple[list[int], int, list[int]]:
@@ -177,9 +187,8 @@ class SpeculativeDecoder:
         token = next_token(logits, params, gen)
         return [token], n + 1, [token]
 
-    def record(self, sub: TokenTree, n_accepted: int) -> None:
+    def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
         st = self.stats
-        max_depth = int(sub.depth[: sub.n_nodes].max())
         if len(st.drafted_per_depth) < max_depth:
             grow = max_depth - len(st.drafted_per_depth)
             st.drafted_per_depth += [0] * grow
@@ -189,5 +198,5 @@ class SpeculativeDecoder:
             st.accepted_per_depth[d] += int(n_accepted > d)
         st.n_iterations += 1
         st.accepted_lengths.append(n_accepted)
-        st.n_drafted += sub.n_nodes - 1
+        st.n_drafted += n_verified
         st.n_accept += n_accepted
