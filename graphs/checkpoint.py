@@ -98,15 +98,16 @@ def to_graph_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, t
     return out
 
 
-def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.float32) -> LlamaGraph:
+def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.float32,
+               device: str | torch.device = "cpu") -> LlamaGraph:
     """Build a LlamaGraph with a cache of `n_slots` slots and load the checkpoint's weights."""
     path = _check_dir(model_dir)
     cfg = load_config(path)
     state = to_graph_state(read_hf_tensors(path), cfg)
     with torch.device("meta"):
         model = LlamaGraph(cfg, n_slots, dtype)
-    model.to_empty(device="cpu")
-    model.inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim)  # to_empty left it uninitialised
+    model.to_empty(device=device)
+    model.inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim).to(device)  # to_empty left it uninitialised
     expected = {k: v.shape for k, v in model.state_dict().items()}
     for name, shape in expected.items():
         if name not in state and not (cfg.tie_word_embeddings and name == "lm_head.weight"):

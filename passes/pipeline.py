@@ -67,8 +67,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         bar.update(1)
 
     check_pair(job.verifier_dir, job.drafter_dir)
-    loaded = {"verifier": models.load(job.verifier_dir, job.dtype, job.max_seq),
-              "drafter": models.load(job.drafter_dir, job.dtype, job.max_seq)}
+    loaded = {"verifier": models.load(job.verifier_dir, job.dtype, job.max_seq, job.device),
+              "drafter": models.load(job.drafter_dir, job.dtype, job.max_seq, job.device)}
     step("loaded and checked the pair")
     with BundleWriter(job.out, overwrite=job.overwrite) as w:
         buckets = []

@@ -9,6 +9,8 @@ import torch
 
 from ..cache_layout import CacheLayout, causal_rows
 from ..cost_model import fit_roofline
+from ..device import cuda_properties
+from ..models import model_device
 from ..prune import prune_topk
 from ..speculative import TreeShape, tree_mask
 from ..timing import median_ms
@@ -20,10 +22,17 @@ PROFILE_SCHEMA = "yggc-profile/1"
 
 def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repeats: int) -> float:
     """One forward at `width` with `context` committed tokens in view (writes only scratch slots)."""
-    slots = torch.arange(context, context + width).clamp(max=layout.max_seq - 1)
+    device = model_device(model)
+    slots = torch.arange(context, context + width, device=device).clamp(max=layout.max_seq - 1)
     mask = causal_rows(slots, layout.view(context + width))
-    ids = torch.zeros(width, dtype=torch.long)
-    return median_ms(lambda: model(ids, slots, slots, mask), repeats)
+    ids = torch.zeros(width, dtype=torch.long, device=device)
+
+    def run():
+        model(ids, slots, slots, mask)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # time the kernels, not their launch
+
+    return median_ms(run, repeats)
 
 
 def host_stage_ms(shape: TreeShape, vocab: int, repeats: int) -> dict[str, float]:
@@ -59,4 +68,6 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
         out["models"][name] = {"bucket_ms": {str(w): t for w, t in points.items()},
                                "cost_curve": fit_roofline(points).to_dict()}
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats)
+    if model_device(models["verifier"]).type == "cuda":
+        out["device"] = cuda_properties()
     return out

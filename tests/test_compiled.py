@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -41,7 +42,9 @@ def eager_ar(rt, prompt, n):
 
 
 def test_compiled_decoding_is_lossless(bundle):
-    rt = Runtime.load(bundle)
+    import yggc
+
+    rt = yggc.Runtime.load(bundle)
     assert set(rt.compiled["verifier"].runners) == {1, 32, SHAPE.verify + 1}
     assert set(rt.draft_runners) == {(SHAPE.depth, SHAPE.width)}  # the fused phases are used
     assert set(rt.verify_runners) == {(SHAPE.depth, SHAPE.width, SHAPE.verify)}
@@ -121,3 +124,16 @@ def test_killed_compile_leaves_no_bundle(pair_dirs, tmp_path):
 
     clean_stale_partials(out)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_follows_schema(bundle):
+    profile = json.loads((bundle / "profile.json").read_text())
+    schema = json.loads((Path(__file__).parents[1] / "profiles" / "schema.json").read_text())
+    assert profile["schema"] == schema["properties"]["schema"]["const"]
+    assert set(schema["required"]) <= set(profile)
+    for name in ("verifier", "drafter"):
+        entry = profile["models"][name]
+        assert set(entry["cost_curve"]) == {"t0_ms", "knee", "slope_ms"}
+        widths = {int(w) for w in entry["bucket_ms"]}
+        assert widths == {b["width"] for b in json.loads((bundle / "manifest.json").read_text())["buckets"]
+                          if b["model"] == name and b["kind"] == "forward"}

@@ -8,6 +8,7 @@ import torch
 
 from .cache_layout import CacheLayout, causal_rows, prefill
 from .errors import YggcError
+from .models import model_device
 from .sampling import SamplingParams, next_token
 from .stats import DecodeStats
 
@@ -53,17 +54,25 @@ class StopPolicy:
 class AutoregressiveDecoder:
     def __init__(self, model, layout: CacheLayout):
         self.model, self.layout = model, layout
+        self.device = model_device(model)
         self.stats = DecodeStats()
+
+    def step(self, token: int, n: int) -> torch.Tensor:
+        """Feed `token` at slot n -> logits [V] of the next token."""
+        with torch.device(self.device):
+            slot = torch.tensor([n])
+            return self.model(torch.tensor([token]), slot, slot, causal_rows(slot, self.layout.view(n + 1)))[0]
 
     @torch.inference_mode()
     def stream(self, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams,
                eos_ids: tuple[int, ...] = ()) -> Iterator[list[int]]:
         """Yields the generated tokens one at a time (as 1-element lists); fills self.stats."""
         check_prompt(prompt_ids, self.layout, self.model.cfg.vocab_size)
-        stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator()
+        stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator(self.device)
         st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
         t0 = time.perf_counter()
-        logits = prefill(self.model, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        with torch.device(self.device):
+            logits = prefill(self.model, prompt_ids, 0, self.layout, PREFILL_CHUNK)
         n = len(prompt_ids)
         while max_new_tokens > 0:
             kept, st.stop_reason = stop.clip([next_token(logits, params, gen)], st.n_generated)
@@ -75,8 +84,7 @@ class AutoregressiveDecoder:
             st.stop_reason = st.stop_reason or stop.kv_full(n, 1)
             if st.stop_reason:
                 break
-            slot = torch.tensor([n])
-            logits = self.model(torch.tensor(kept), slot, slot, causal_rows(slot, self.layout.view(n + 1)))[0]
+            logits = self.step(kept[0], n)
             n += 1
         st.decode_s = time.perf_counter() - t0 if st.n_generated > 1 else 0.0
         st.stop_reason = st.stop_reason or "max tokens"

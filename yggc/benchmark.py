@@ -13,9 +13,12 @@ samples. Definitions used in the table:
   warmed up. It is cumulative: "+N" is what the row added on top of the rows above it. Models are
   loaded once and shared (hf-assisted reuses hf-ar's verifier, the eager yggc rows share one
   verifier/drafter, the compiled rows share one bundle), so each is charged to the first row using it.
-* floor: verifier weight bytes / measured memory bandwidth, the least time a memory-bound verifier
-  step can take here; "verify ms" is the row's own verifier call at its own width (1 for AR, D+1
-  for chains, V+1 for trees) at a context of prompt + n/2 tokens, and "x floor" its ratio to it.
+* floor: verifier weight bytes / measured memory bandwidth (the faster of a full read and a copy of
+  a large tensor, medians), the least time a verifier step that reads every weight can take here.
+  "verify ms" is the median verify call inside one extra decode of the first prompt (the decoder's
+  call is wrapped by a timer): the one-token step for AR rows, the verify phase (pruning, tree-masked
+  verifier forward, acceptance, KV compaction) for greedy speculative rows, the V+1-row verifier
+  forward when sampling; "x floor" is its ratio to the floor.
 * equal: greedy tokens equal to hf-ar's (yggc-ar-eager's when transformers is missing), else the
   first mismatching prompt and position.
 """
@@ -39,7 +42,6 @@ import torch
 
 from . import __version__, models
 from .autoregressive import AutoregressiveDecoder
-from .cache_layout import CacheLayout, causal_rows
 from .errors import YggcError
 from .graphs import check_pair
 from .sampling import SamplingParams
@@ -133,9 +135,7 @@ class Row:
     name: str
     run: Runner
     runs_as: str  # how the row runs: "eager", "compiled D4 W2 V8 (bundle plan)", ...
-    verifier: object | None = None  # the model its verify step calls (None for transformers rows)
-    verify_width: int = 1
-    layout: CacheLayout | None = None
+    decoder: object | None = None  # the yggc decoder behind `run` (None for transformers rows)
     samples: list[Sample] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
     rss_mb: float = 0.0
@@ -332,6 +332,10 @@ def tune_shape(name: str, shapes: Iterable[TreeShape], make: Callable[[TreeShape
     return best, {shape_label(s): t for s, t in times.items()}
 
 
+def yggc_row(name: str, decoder, runs_as: str) -> Row:
+    return Row(name, yggc_runner(decoder), runs_as, decoder)
+
+
 class RowFactory:
     """Builds each row by name; chain and tree shapes are tuned here, once, on the tuning prompt."""
 
@@ -358,19 +362,16 @@ class RowFactory:
             return Row(name, hf_runner(m.hf_verifier, m.hf_drafter), "transformers assisted generation")
         if name == "yggc-ar-eager":
             v = m.verifier
-            return Row(name, yggc_runner(AutoregressiveDecoder(v.graph, v.layout)), "eager", v.graph, 1, v.layout)
+            return yggc_row(name, AutoregressiveDecoder(v.graph, v.layout), "eager")
         if name == "yggc-ar-compiled":
             rt = m.runtime
-            return Row(name, yggc_runner(rt.decoder(speculative=False)), "compiled buckets",
-                       rt.compiled["verifier"], 1, rt.verifier.layout)
+            return yggc_row(name, rt.decoder(speculative=False), "compiled buckets")
         if name in ("yggc-chain", "yggc-tree-static"):
             shape = self.tuned(name)
-            return Row(name, yggc_runner(m.spec_decoder(shape)), f"eager {shape_label(shape)} (tuned)",
-                       m.verifier.graph, shape.verify + 1, m.verifier.layout)
+            return yggc_row(name, m.spec_decoder(shape), f"eager {shape_label(shape)} (tuned)")
         if name == "yggc-full":
             rt = m.runtime
-            return Row(name, yggc_runner(rt.decoder()), f"compiled {shape_label(rt.shape)} (bundle plan)",
-                       rt.compiled["verifier"], rt.shape.verify + 1, rt.verifier.layout)
+            return yggc_row(name, rt.decoder(), f"compiled {shape_label(rt.shape)} (bundle plan)")
         raise YggcError(f"unknown row {name!r}; rows are {', '.join(ROWS)}")
 
 
@@ -492,24 +493,55 @@ def verifier_weight_bytes(m: Models) -> int:
     return weight_bytes(m.verifier.graph)
 
 
-def verify_step_ms(model, width: int, layout: CacheLayout, context: int, repeats: int) -> float:
-    """One verifier call at `width` with `context` tokens in view (writes scratch slots only)."""
-    context = min(context, layout.max_seq - width)
-    slots = torch.arange(context, context + width)
-    mask = causal_rows(slots, layout.view(context + width))
-    ids, positions = torch.zeros(width, dtype=torch.long), slots.clone()  # distinct tensors, as in decoding
-    with torch.inference_mode():
-        return median_ms(lambda: model(ids, positions, slots, mask), repeats)
+class CallTimer:
+    """Stands in for a decoder's model/phase attribute and times the calls whose input has `width` rows."""
+
+    def __init__(self, fn: Callable, width: int | None):
+        self.fn, self.width, self.ms = fn, width, []
+
+    def __call__(self, *args, **kw):
+        t0 = time.perf_counter()
+        out = self.fn(*args, **kw)
+        if self.width is None or args[0].shape[0] == self.width:
+            self.ms.append(1000 * (time.perf_counter() - t0))
+        return out
+
+    def __getattr__(self, name: str):  # cfg, move_kv, ... of the wrapped model
+        return getattr(self.fn, name)
 
 
-def physical_floor(cfg: BenchConfig, rows: list[Row], m: Models, context: int) -> dict:
+def verify_hook(decoder, greedy: bool) -> tuple[str, int | None]:
+    """(attribute, input width) of the call that verifies: the one-token step of an AR decoder, the
+    fused prune+verify+accept phase of a greedy speculative decoder, else its verifier at V+1 rows."""
+    if isinstance(decoder, AutoregressiveDecoder):
+        return "model", 1
+    if greedy and hasattr(decoder, "run_verify"):
+        return "run_verify", None
+    return "verifier", decoder.shape.verify + 1
+
+
+def verify_step_ms(row: Row, prompt: list[int], n: int, params: SamplingParams) -> float | None:
+    """Median verify-step time inside one extra (unsampled) decode of `prompt`."""
+    attr, width = verify_hook(row.decoder, params.greedy)
+    original = getattr(row.decoder, attr)
+    timer = CallTimer(original, width)
+    setattr(row.decoder, attr, timer)
+    try:
+        row.run(prompt, n, params)
+    finally:
+        setattr(row.decoder, attr, original)
+    return median(timer.ms) if timer.ms else None
+
+
+def physical_floor(cfg: BenchConfig, rows: list[Row], m: Models, prompt: list[int]) -> dict:
+    params = sampling_params(cfg.temperature, 54321)
     for row in rows:
-        if row.verifier is not None:
-            row.verify_ms = verify_step_ms(row.verifier, row.verify_width, row.layout, context, cfg.floor_repeats)
+        if row.decoder is not None:
+            row.verify_ms = verify_step_ms(row, prompt, cfg.n_new, params)
     bw = memory_bandwidth(cfg.bandwidth_mb)
     wb = verifier_weight_bytes(m)
     best_gbs = max(bw["read_gbs"], bw["copy_gbs"])
-    return {**bw, "weight_bytes": wb, "floor_ms": wb / best_gbs / 1e6, "context": context}
+    return {**bw, "weight_bytes": wb, "floor_ms": wb / best_gbs / 1e6}
 
 
 # ---- prompts -------------------------------------------------------------------------------------
@@ -616,8 +648,8 @@ def summary_lines(cfg: BenchConfig, prompts: list[list[int]], source: str, floor
     if floor:
         lines.append(f"floor: memory bandwidth {floor['read_gbs']:.1f} GB/s read, {floor['copy_gbs']:.1f} GB/s copy "
                      f"({floor['mb']} MB); verifier weights {floor['weight_bytes'] / 1e6:.1f} MB -> "
-                     f"{floor['floor_ms']:.3f} ms per verify step (verify ms measured at {floor['context']} tokens "
-                     "of context)")
+                     f"{floor['floor_ms']:.3f} ms per verify step; verify ms = median verify call inside a decode "
+                     "of prompt 0 (AR: the 1-token step; trees: the verify phase, pruning and acceptance included)")
     return lines
 
 
@@ -628,7 +660,7 @@ def to_json(cfg: BenchConfig, rows: list[Row], floor: dict | None, tuning: dict,
                    if k not in ("tree_grid",)} | {"tree_grid": [shape_label(s) for s in cfg.tree_grid]},
         "floor": floor, "tuning": tuning,
         "rows": [{"name": r.name, "runs_as": r.runs_as, "rss_mb": r.rss_mb, "rss_delta_mb": r.rss_delta_mb,
-                  "verify_ms": r.verify_ms, "verify_width": r.verify_width, "mismatches": r.mismatches,
+                  "verify_ms": r.verify_ms, "mismatches": r.mismatches,
                   "samples": [vars(s) for s in r.samples]} for r in rows],
     }
 
@@ -691,8 +723,7 @@ def run_benchmark(cfg: BenchConfig) -> Report:
         raise YggcError("--quick checks equality against hf-ar or yggc-ar-eager; keep one of them in --rows")
     if ref is not None:
         check_equality(rows, ref)
-    context = int(statistics.mean(map(len, measured))) + cfg.n_new // 2
-    floor = physical_floor(cfg, rows, factory.models, context)
+    floor = physical_floor(cfg, rows, factory.models, measured[0])
     text = "\n".join(summary_lines(cfg, measured, source, floor, factory.tuning) + ["", table(rows, cfg.greedy, floor)])
     data = to_json(cfg, rows, floor, factory.tuning, source)
     if cfg.json_path:

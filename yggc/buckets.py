@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from .cache_layout import VIEW_ALIGN
+from .cuda_graphs import CudaGraphRunner
 from .errors import YggcError
 
 
@@ -41,12 +43,31 @@ def load_bucket(path: Path, graph: torch.nn.Module):
     return runner
 
 
+def view_lengths(max_seq: int) -> list[int]:
+    """Every cache view length CacheLayout.view can return."""
+    return sorted({min(s, max_seq) for s in range(VIEW_ALIGN, max_seq + VIEW_ALIGN, VIEW_ALIGN)})
+
+
+def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGraphRunner:
+    """One CUDA graph per view length; dummy inputs write only the trash slot, so capture is harmless."""
+    graphed = CudaGraphRunner(runner)
+    long = {"dtype": torch.long, "device": "cuda"}
+    for view in view_lengths(max_seq):
+        slots = torch.full((width,), trash, **long)
+        graphed.capture((torch.zeros(width, **long), torch.zeros(width, **long), slots,
+                         torch.ones(width, view, dtype=torch.bool, device="cuda")))
+    return graphed
+
+
 class CompiledModel:
     """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise)."""
 
     def __init__(self, graph: torch.nn.Module, packages: dict[int, Path]):
         self.graph, self.cfg = graph, graph.cfg
         self.runners = {w: load_bucket(p, graph) for w, p in sorted(packages.items())}
+        if next(graph.parameters()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
+            max_seq = graph.n_slots - 1
+            self.runners = {w: capture_cuda_graphs(r, w, max_seq, max_seq) for w, r in self.runners.items()}
 
     def __call__(self, input_ids, position_ids, cache_slots, attn_mask) -> torch.Tensor:
         run = self.runners.get(input_ids.shape[0])

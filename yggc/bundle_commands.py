@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import models
 from .bundle import load_manifest
+from .device import resolve_device
 from .errors import YggcError
 from .run_command import tree_shape
 
@@ -15,16 +16,12 @@ from .run_command import tree_shape
 def compile_command(args: argparse.Namespace) -> int:
     from .passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
 
+    resolve_device(args.device)  # before anything slow
     verifier_dir, drafter_dir = args.model, args.model_draft
     if verifier_dir is None and drafter_dir is None:
         verifier_dir, drafter_dir = models.demo_pair_dirs()
     if verifier_dir is None or drafter_dir is None:
         raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise YggcError("--device cuda needs a CUDA GPU, and torch.cuda.is_available() is False here")
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output), tree_shape(args),
                      models.parse_dtype(args.dtype), models.context_length(verifier_dir, args.max_seq),
                      args.device, args.overwrite)

@@ -31,7 +31,7 @@ class CacheLayout:
 
 def causal_rows(slots: torch.Tensor, view: int) -> torch.Tensor:
     """slots [W] of a linear sequence -> mask [W, view]: each query sees every slot up to its own."""
-    return torch.arange(view)[None, :] <= slots[:, None]
+    return torch.arange(view, device=slots.device)[None, :] <= slots[:, None]
 
 
 def prefill(model, ids: list[int], start: int, layout: CacheLayout, chunk: int) -> torch.Tensor:

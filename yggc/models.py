@@ -55,10 +55,16 @@ def context_length(model_dir: Path, max_seq: int | None) -> int:
     return max_seq
 
 
-def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int) -> LoadedModel:
+def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = "cpu") -> LoadedModel:
     path = Path(model_dir)
     layout = CacheLayout(max_seq)
-    return LoadedModel(load_model(path, layout.n_slots, dtype), load_tokenizer(path), layout, path)
+    return LoadedModel(load_model(path, layout.n_slots, dtype, device), load_tokenizer(path), layout, path)
+
+
+def model_device(model) -> torch.device:
+    """Where a graph (or a CompiledModel around one) keeps its weights."""
+    graph = getattr(model, "graph", model)
+    return next(graph.parameters()).device
 
 
 def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,

@@ -16,6 +16,7 @@ from .autoregressive import AutoregressiveDecoder
 from .buckets import CompiledModel, load_bucket
 from .bundle import Manifest, validate_bundle
 from .detokenize import StreamDecoder
+from .device import resolve_device
 from .draft_phase import DraftPhase
 from .sampling import SamplingParams
 from .speculative import SpeculativeDecoder, TreeShape
@@ -46,7 +47,8 @@ class Runtime:
         path = Path(path)
         manifest = validate_bundle(path)
         dtype = models.parse_dtype(manifest.dtype)
-        loaded = {name: models.load(path / name, dtype, manifest.max_seq) for name in ("verifier", "drafter")}
+        device = str(resolve_device(manifest.device))
+        loaded = {name: models.load(path / name, dtype, manifest.max_seq, device) for name in ("verifier", "drafter")}
         compiled = {}
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in manifest.buckets

@@ -27,8 +27,8 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def generator(self) -> torch.Generator:
-        g = torch.Generator()
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator:
+        g = torch.Generator(device=device)
         g.manual_seed(self.seed if self.seed is not None else torch.seed())
         return g
 

@@ -20,6 +20,7 @@ from .block_verification import verify_chain_block, verify_chain_tokenwise
 from .cache_layout import CacheLayout, causal_rows, prefill
 from .draft_phase import HEAD_WIDTH, DraftPhase, align_vocab, tree_mask
 from .errors import YggcError
+from .models import model_device
 from .prune import prune_topk
 from .sampling import SamplingParams, next_token, target_probs
 from .stats import DecodeStats
@@ -60,12 +61,12 @@ class SpeculativeDecoder:
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
                  draft_phase=None, verify_phase=None):
         self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
-        self.vocab = verifier.cfg.vocab_size
+        self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
         self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab)
         # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
         self.run_draft = draft_phase or self.draft_phase
         self.run_verify = verify_phase or GreedyVerifyPhase(verifier, shape.depth, shape.verify)
-        self.no_moves = torch.full((shape.depth,), layout.trash, dtype=torch.long)
+        self.no_moves = torch.full((shape.depth,), layout.trash, dtype=torch.long, device=self.device)
         self.drafter_moves = (self.no_moves, self.no_moves)  # accepted K/V the drafter still has to move
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
         self.stats = DecodeStats()
@@ -137,11 +138,12 @@ class SpeculativeDecoder:
                eos_ids: tuple[int, ...] = ()) -> Iterator[list[int]]:
         """Yields accepted tokens per iteration; the output equals the verifier's own decoding."""
         check_prompt(prompt_ids, self.layout, self.vocab)
-        stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator()
+        stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator(self.device)
         st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
         t0 = time.perf_counter()
-        logits = prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
-        prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        with torch.device(self.device):
+            logits = prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+            prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
         new = [next_token(logits, params, gen)]
         n, pending = len(prompt_ids), list(new)
         while new:
@@ -152,7 +154,8 @@ class SpeculativeDecoder:
             yield kept_tokens
             if st.stop_reason:
                 break
-            new, n, pending = self.iterate(n, pending, params, gen, stop)
+            with torch.device(self.device):  # host-built index tensors go where the models are
+                new, n, pending = self.iterate(n, pending, params, gen, stop)
         st.decode_s = time.perf_counter() - t0 if st.n_generated > 1 else 0.0
         st.stop_reason = st.stop_reason or "max tokens"
 
