@@ -5,6 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cli_types import comma_list, whole_number
+
+POSITIVE = whole_number(1)
 QUICK = {"prompts": 2, "n": 32, "repeats": 1}
 FULL = {"prompts": 4, "n": 128, "repeats": 3}
 DESCRIPTION = (
@@ -14,22 +17,8 @@ DESCRIPTION = (
     "greedy tokens equal the verifier's own (exit 1 if not).")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
-
-def _names(text: str) -> list[str]:
-    return [t for t in text.replace(" ", "").split(",") if t]
-
-
 def _depths(text: str) -> list[int]:
-    return [_positive(t) for t in _names(text)]
+    return [POSITIVE(t) for t in comma_list(text)]
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -39,24 +28,26 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-md", "--model-draft", type=Path, metavar="DRAFTER_DIR", help="drafter checkpoint")
     p.add_argument("--bundle", type=Path, help="compiled bundle for the compiled rows; default: compile one into "
                    "the cache for the tuned tree shape (--quick only uses one already there)")
-    p.add_argument("--rows", "--systems", dest="rows", type=_names, metavar="A,B",
+    p.add_argument("--rows", "--systems", dest="rows", type=comma_list, metavar="A,B",
                    help="rows to run (default all): hf-ar,hf-assisted,yggc-ar-eager,yggc-chain,yggc-tree-static,"
                         "yggc-ar-compiled,yggc-full")
-    p.add_argument("--prompts", type=_positive, help="measured prompts (default 4; --quick 2)")
-    p.add_argument("-n", "--n-predict", dest="n", type=_positive, help="new tokens per prompt (default 128; --quick 32)")
-    p.add_argument("--repeats", type=_positive, help="runs per prompt and row (default 3; --quick 1)")
+    p.add_argument("--prompts", type=POSITIVE, help="measured prompts (default 4; --quick 2)")
+    p.add_argument("-n", "--n-predict", dest="n", type=POSITIVE, help="new tokens per prompt (default 128; --quick 32)")
+    p.add_argument("--repeats", type=POSITIVE, help="runs per prompt and row (default 3; --quick 1)")
     p.add_argument("--temp", type=float, default=0.0,
                    help="temperature; 0 = greedy (default), > 0 samples and reports acceptance only")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: the bundle's, else float32")
-    p.add_argument("--max-seq", type=_positive, help="KV cache capacity (default: the bundle's, else min(model, 2048))")
-    p.add_argument("--threads", type=_positive, help="torch intra-op threads (default: torch's)")
+    p.add_argument("--max-seq", type=POSITIVE, help="KV cache capacity (default: the bundle's, else min(model, 2048))")
+    p.add_argument("--threads", type=POSITIVE,
+                   help="torch intra-op threads (default: torch's; --quick: 1). On a busy machine use fewer "
+                        "threads than idle cores: a parallel region waits for its slowest, descheduled thread")
     p.add_argument("--quick", action="store_true",
-                   help="smoke test (CI): the demo pair unless -m, 2 prompts x 32 tokens, 1 repeat; compiled rows only "
+                   help="smoke test (CI): the demo pair unless -m, 2 prompts x 32 tokens, 1 repeat, 1 thread; compiled rows only "
                         "with --bundle or a bundle already in the cache")
     p.add_argument("--prompts-file", type=Path, help="JSON {\"prompts\": [{\"text\": ...}]} (default: the shipped "
                    "held-out stdlib prompts)")
     p.add_argument("--chain-depths", type=_depths, help="chain depths D tried for yggc-chain (default 2,3,4,6,8)")
-    p.add_argument("--tree-grid", type=_names, metavar="DxWxV,...",
+    p.add_argument("--tree-grid", type=comma_list, metavar="DxWxV,...",
                    help="static trees tried for yggc-tree-static (default 3x2x6,4x2x8,4x3x8,5x2x10,4x4x12,6x3x12)")
     p.add_argument("--bundle-cache", type=Path, help="where compiled bundles are cached (default ~/.cache/yggc/bundles)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
@@ -115,6 +106,15 @@ def make_config(args: argparse.Namespace):
     )
 
 
+def warn_if_busy(threads: int) -> None:
+    import os
+
+    load, cores = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0, os.cpu_count() or 1
+    if threads > 1 and load + threads > cores + 0.5:
+        print(f"yggc bench: warning: load average {load:.1f} on {cores} cores and {threads} torch threads; "
+              "timings will be noisy or much slower (try --threads 1)", file=sys.stderr)
+
+
 def bench_command(args: argparse.Namespace) -> int:
     """Run the benchmark; the table goes to stdout. Exit 1 if a yggc row's greedy tokens differ."""
     import torch
@@ -124,8 +124,10 @@ def bench_command(args: argparse.Namespace) -> int:
 
     if args.temp < 0:
         raise YggcError(f"--temp must be >= 0, got {args.temp}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads or (1 if args.quick else None)  # --quick checks tokens, not times
+    if threads:
+        torch.set_num_threads(threads)
+    warn_if_busy(torch.get_num_threads())
     report = run_benchmark(make_config(args))
     print(report.text)
     for failure in report.failures:

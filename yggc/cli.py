@@ -5,24 +5,11 @@ import argparse
 import sys
 
 from . import __version__
+from .bench_command import add_bench_parser, bench_command
+from .cli_types import token_ids, whole_number
 from .errors import USER_ERRORS
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def _token_ids(text: str) -> list[int]:
-    try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated token ids like 1,2,3, got {text!r}") from None
+NON_NEGATIVE = whole_number(0)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -31,28 +18,28 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-md", "--model-draft", metavar="DRAFTER_DIR",
                    help="drafter checkpoint folder sharing the verifier's tokenizer")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and KV cache dtype")
-    p.add_argument("--max-seq", type=_positive_int, default=None,
+    p.add_argument("--max-seq", type=NON_NEGATIVE, default=None,
                    help="KV cache capacity in tokens (prompt + output); default min(model limit, 2048)")
 
 
 def add_decode_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("-p", "--prompt", help="prompt text")
-    src.add_argument("--prompt-ids", type=_token_ids, metavar="1,2,3", help="prompt as token ids")
-    p.add_argument("-n", "--n-predict", type=_positive_int, default=128, help="new tokens at most (default 128)")
+    src.add_argument("--prompt-ids", type=token_ids, metavar="1,2,3", help="prompt as token ids")
+    p.add_argument("-n", "--n-predict", type=NON_NEGATIVE, default=128, help="new tokens at most (default 128)")
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
-    p.add_argument("--top-k", type=_positive_int, default=0, help="sample from the k likeliest tokens (0 = off)")
+    p.add_argument("--top-k", type=NON_NEGATIVE, default=0, help="sample from the k likeliest tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
     p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
 
 
 def add_tree_args(p: argparse.ArgumentParser, default_depth: int | None) -> None:
-    p.add_argument("--depth", type=_positive_int, default=default_depth,
+    p.add_argument("--depth", type=NON_NEGATIVE, default=default_depth,
                    help="draft depth D (drafter calls per iteration; default 4, or the bundle's plan)")
-    p.add_argument("--width", type=_positive_int, default=None,
+    p.add_argument("--width", type=NON_NEGATIVE, default=None,
                    help="draft width W (new nodes per draft step; 1 = chain; default 2, or the bundle's plan)")
-    p.add_argument("--verify", type=_positive_int, default=None, help="verify nodes V (default D*W)")
+    p.add_argument("--verify", type=NON_NEGATIVE, default=None, help="verify nodes V (default D*W)")
     p.add_argument("--chain-rule", choices=["block", "token"], default="block",
                    help="verification rule for chains (W=1) when sampling (default block)")
 
@@ -87,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     insp = sub.add_parser("inspect", help="show a bundle's manifest, buckets and profile")
     insp.add_argument("bundle", help="a bundle written by `yggc compile`")
     insp.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
+    add_bench_parser(sub)
     return parser
 
 
@@ -102,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "inspect":
             from .bundle_commands import inspect_command
             return inspect_command(args)
+        if args.command == "bench":
+            return bench_command(args)
     except USER_ERRORS as e:
         print(f"yggc: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,30 @@
+"""argparse value types shared by the `yggc` subcommands (each error becomes one usage line, exit 2)."""
+from __future__ import annotations
+
+import argparse
+
+
+def whole_number(minimum: int):
+    """A parser of integers >= minimum."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def comma_list(text: str) -> list[str]:
+    return [t for t in text.replace(" ", "").split(",") if t]
+
+
+def token_ids(text: str) -> list[int]:
+    try:
+        return [int(t) for t in comma_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token ids like 1,2,3, got {text!r}") from None
