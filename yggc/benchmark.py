@@ -2,27 +2,7 @@
 
 Rows (ROWS, in this order) are set up and warmed up one after the other, then run interleaved per
 prompt and repeat so that machine drift hits all of them alike; warm-up and tuning runs are not
-samples. Definitions used in the table:
-
-* TPOT: time after the first new token / (new tokens - 1), as `yggc run` reports it; for
-  transformers, from the streamer's first new-token callback to its last.
-* tokens/s: 1000 / TPOT median (decode speed, prefill excluded).
-* mean accepted: tokens committed per decode iteration, bonus token included (vLLM's convention);
-  1 for autoregressive rows, tokens per streamer callback for hf-assisted.
-* peak RSS: the process high-water mark (getrusage ru_maxrss) right after the row was set up and
-  warmed up. It is cumulative: "+N" is what the row added on top of the rows above it. Models are
-  loaded once and shared (hf-assisted reuses hf-ar's verifier, the eager yggc rows share one
-  verifier/drafter, the compiled rows share one bundle), so each is charged to the first row using it.
-* floor: verifier weight bytes / measured memory bandwidth, the least time a verifier step that reads
-  every weight can take here. The bandwidth is the fastest of a full read and a copy of a large
-  tensor (main memory) and a repeated read of a weights-sized tensor (the caches, when the weights
-  fit in them: then the main-memory floor would not be a floor). Medians, at the rows' thread count.
-  "verify ms" is the median verify call inside one extra decode of the first prompt (the decoder's
-  call is wrapped by a timer): the one-token step for AR rows, the verify phase (pruning, tree-masked
-  verifier forward, acceptance, KV compaction) for greedy speculative rows, the V+1-row verifier
-  forward when sampling; "x floor" is its ratio to the floor.
-* equal: greedy tokens equal to hf-ar's (yggc-ar-eager's when transformers is missing), else the
-  first mismatching prompt and position.
+samples. The table's columns are defined in yggc.bench_report (the physical floor in yggc.bench_floor).
 
 yggc-chain and yggc-tree-static run eagerly with the shape of lowest TPOT on the warm-up prompt
 among a small grid. The compiled rows use --bundle, else a bundle cached under
@@ -34,27 +14,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 import resource
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import torch
 
-from . import __version__, models
+from . import models
 from .autoregressive import AutoregressiveDecoder
+from .bench_floor import physical_floor
+from .bench_report import plot, require_matplotlib, shape_label, summary_lines, table, to_json
+from .bench_rows import Result, Row, Runner, Sample, reference_row, sampling_params
 from .errors import YggcError
 from .graphs import check_pair
 from .sampling import SamplingParams
 from .speculative import SpeculativeDecoder, TreeShape
-from .timing import median_ms
 
 # table order = set-up order: eager rows first, so the compiled rows' RSS increments show only the bundle
 ROWS = ("hf-ar", "hf-assisted", "yggc-ar-eager", "yggc-chain", "yggc-tree-static", "yggc-ar-compiled", "yggc-full")
@@ -104,10 +83,6 @@ class BenchConfig:
         return self.temperature == 0.0
 
 
-def shape_label(shape: TreeShape) -> str:
-    return f"D{shape.depth} W{shape.width} V{shape.verify}"
-
-
 def parse_shape(text: str) -> TreeShape:
     """'4x2x8' (DxWxV) -> TreeShape."""
     try:
@@ -115,63 +90,6 @@ def parse_shape(text: str) -> TreeShape:
     except ValueError:
         raise YggcError(f"tree shapes are written DxWxV like 4x2x8, got {text!r}") from None
     return TreeShape.from_args(depth, width, verify)
-
-
-# ---- samples and rows ----------------------------------------------------------------------------
-
-@dataclass
-class Result:
-    tokens: list[int]
-    tpot_ms: float
-    per_iter: list[int]  # tokens committed per decode iteration after the first token
-
-
-Runner = Callable[[list[int], int, SamplingParams], Result]
-
-
-@dataclass
-class Sample:
-    prompt: int
-    repeat: int
-    tokens: list[int]
-    tpot_ms: float
-    per_iter: list[int]
-
-
-@dataclass
-class Row:
-    name: str
-    run: Runner
-    runs_as: str  # how the row runs: "eager", "compiled D4 W2 V8 (bundle plan)", ...
-    decoder: object | None = None  # the yggc decoder behind `run` (None for transformers rows)
-    samples: list[Sample] = field(default_factory=list)
-    mismatches: list[str] = field(default_factory=list)
-    rss_mb: float = 0.0
-    rss_delta_mb: float = 0.0
-    verify_ms: float | None = None
-
-    def tpots(self) -> list[float]:
-        return [s.tpot_ms for s in self.samples]
-
-    def per_iter(self) -> list[int]:
-        return [k for s in self.samples for k in s.per_iter]
-
-
-def median(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def p90(xs: list[float]) -> float:
-    """Nearest-rank 90th percentile."""
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return s[max(0, -(-9 * len(s) // 10) - 1)]
-
-
-def mean_accepted(row: Row) -> float:
-    k = row.per_iter()
-    return sum(k) / len(k) if k else float("nan")
 
 
 # ---- runners -------------------------------------------------------------------------------------
@@ -428,10 +346,6 @@ def setup_rows(cfg: BenchConfig, factory: RowFactory, warm_prompt: list[int]) ->
 
 # ---- measurement ---------------------------------------------------------------------------------
 
-def sampling_params(temperature: float, seed: int) -> SamplingParams:
-    return SamplingParams() if temperature == 0.0 else SamplingParams(temperature=temperature, seed=seed)
-
-
 def measure(rows: list[Row], prompts: list[list[int]], n: int, repeats: int, temperature: float) -> None:
     """Every row on every prompt and repeat, interleaved; the same seed for all rows in one slot."""
     for p, prompt in enumerate(prompts):
@@ -441,11 +355,6 @@ def measure(rows: list[Row], prompts: list[list[int]], n: int, repeats: int, tem
             for row in rows:
                 res = row.run(prompt, n, params)
                 row.samples.append(Sample(p, r, res.tokens, res.tpot_ms, res.per_iter))
-
-
-def reference_row(rows: list[Row]) -> Row | None:
-    by_name = {r.name: r for r in rows}
-    return by_name.get("hf-ar") or by_name.get("yggc-ar-eager")
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -470,90 +379,6 @@ def check_equality(rows: list[Row], ref: Row) -> None:
 
 def failures(rows: list[Row]) -> list[str]:
     return [f"{r.name} differs ({'; '.join(r.mismatches)})" for r in rows if r.name.startswith("yggc") and r.mismatches]
-
-
-# ---- physical floor ------------------------------------------------------------------------------
-
-def read_gbs(n_bytes: int, repeats: int = 7) -> float:
-    """GB/s of a full read (sum) of `n_bytes` of float32, median; repeated, so it stays in cache if it fits."""
-    a = torch.ones(max(n_bytes // 4, 1))
-    return 4 * a.numel() / median_ms(lambda: a.sum(), repeats, warmup=2) / 1e6
-
-
-def copy_gbs(n_bytes: int, repeats: int = 7) -> float:
-    """GB/s of a copy (bytes read + bytes written) of `n_bytes` of float32, median."""
-    a = torch.ones(max(n_bytes // 4, 1))
-    b = torch.empty_like(a)
-    return 8 * a.numel() / median_ms(lambda: b.copy_(a), repeats, warmup=2) / 1e6
-
-
-def weight_bytes(module: torch.nn.Module) -> int:
-    """Parameter bytes (tied weights once); the KV cache buffers are not weights."""
-    return sum(p.numel() * p.element_size() for p in module.parameters())
-
-
-def verifier_weight_bytes(m: Models) -> int:
-    """Of the verifier as the rows ran it (a yggc graph if one is loaded, else transformers' model)."""
-    loaded = m.__dict__  # cached_property values; nothing new is loaded here unless nothing was
-    if "verifier" in loaded:
-        return weight_bytes(loaded["verifier"].graph)
-    if "runtime" in loaded:
-        return weight_bytes(loaded["runtime"].verifier.graph)
-    if "hf_verifier" in loaded:
-        return weight_bytes(loaded["hf_verifier"])
-    return weight_bytes(m.verifier.graph)
-
-
-class CallTimer:
-    """Stands in for a decoder's model/phase attribute and times the calls whose input has `width` rows."""
-
-    def __init__(self, fn: Callable, width: int | None):
-        self.fn, self.width, self.ms = fn, width, []
-
-    def __call__(self, *args, **kw):
-        t0 = time.perf_counter()
-        out = self.fn(*args, **kw)
-        if self.width is None or args[0].shape[0] == self.width:
-            self.ms.append(1000 * (time.perf_counter() - t0))
-        return out
-
-    def __getattr__(self, name: str):  # cfg, move_kv, ... of the wrapped model
-        return getattr(self.fn, name)
-
-
-def verify_hook(decoder, greedy: bool) -> tuple[str, int | None]:
-    """(attribute, input width) of the call that verifies: the one-token step of an AR decoder, the
-    fused prune+verify+accept phase of a greedy speculative decoder, else its verifier at V+1 rows."""
-    if isinstance(decoder, AutoregressiveDecoder):
-        return "model", 1
-    if greedy and hasattr(decoder, "run_verify"):
-        return "run_verify", None
-    return "verifier", decoder.shape.verify + 1
-
-
-def verify_step_ms(row: Row, prompt: list[int], n: int, params: SamplingParams) -> float | None:
-    """Median verify-step time inside one extra (unsampled) decode of `prompt`."""
-    attr, width = verify_hook(row.decoder, params.greedy)
-    original = getattr(row.decoder, attr)
-    timer = CallTimer(original, width)
-    setattr(row.decoder, attr, timer)
-    try:
-        row.run(prompt, n, params)
-    finally:
-        setattr(row.decoder, attr, original)
-    return median(timer.ms) if timer.ms else None
-
-
-def physical_floor(cfg: BenchConfig, rows: list[Row], m: Models, prompt: list[int]) -> dict:
-    params = sampling_params(cfg.temperature, 54321)
-    for row in rows:
-        if row.decoder is not None:
-            row.verify_ms = verify_step_ms(row, prompt, cfg.n_new, params)
-    wb = verifier_weight_bytes(m)
-    big = cfg.bandwidth_mb * 2**20
-    bw = {"read_gbs": read_gbs(big), "copy_gbs": copy_gbs(big), "weights_read_gbs": read_gbs(wb)}
-    # the fastest of them: main memory, or the caches when the weights fit there
-    return {**bw, "mb": cfg.bandwidth_mb, "weight_bytes": wb, "floor_ms": wb / max(bw.values()) / 1e6}
 
 
 # ---- prompts -------------------------------------------------------------------------------------
@@ -590,122 +415,6 @@ def check_fits(prompts: list[list[int]], cfg: BenchConfig) -> None:
     if longest > cfg.max_seq:
         raise YggcError(f"prompt + {cfg.n_new} new tokens + a draft tree need {longest} cache slots but --max-seq is "
                         f"{cfg.max_seq}; raise --max-seq or lower -n")
-
-
-# ---- report --------------------------------------------------------------------------------------
-
-def machine_line() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = f", load average {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
-    return (f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}, "
-            f"yggc {__version__}{load}")
-
-
-def speedup(base: Row | None, row: Row) -> str:
-    if base is None:
-        return "-"
-    return f"{median(base.tpots()) / median(row.tpots()):.2f}x"
-
-
-def equal_cell(row: Row, ref: Row | None) -> str:
-    if ref is None:
-        return "-"
-    if row is ref:
-        return "(reference)"
-    return "yes" if not row.mismatches else "NO: " + "; ".join(row.mismatches)
-
-
-def verify_cell(row: Row, floor_ms: float | None) -> str:
-    if row.verify_ms is None:
-        return "-"
-    ratio = f" ({row.verify_ms / floor_ms:.1f}x)" if floor_ms else ""
-    return f"{row.verify_ms:.3f}{ratio}"
-
-
-def table(rows: list[Row], greedy: bool, floor: dict | None) -> str:
-    by_name = {r.name: r for r in rows}
-    hf_ar, hf_as, ref = by_name.get("hf-ar"), by_name.get("hf-assisted"), reference_row(rows)
-    floor_ms = floor["floor_ms"] if floor else None
-    head = ["row", "runs as", "TPOT median ms", "TPOT p90 ms", "tokens/s", "mean accepted", "vs hf-ar",
-            "vs hf-assisted", "peak RSS MB (+added)", "verify ms (x floor)"]
-    if greedy:
-        head.append(f"equal to {ref.name if ref else 'hf-ar'}")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        med = median(row.tpots())
-        cells = [row.name, row.runs_as, f"{med:.3f}", f"{p90(row.tpots()):.3f}", f"{1000 / med:.1f}",
-                 f"{mean_accepted(row):.2f}", speedup(hf_ar, row), speedup(hf_as, row),
-                 f"{row.rss_mb:.0f} (+{row.rss_delta_mb:.0f})", verify_cell(row, floor_ms)]
-        if greedy:
-            cells.append(equal_cell(row, ref))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def summary_lines(cfg: BenchConfig, prompts: list[list[int]], source: str, floor: dict | None,
-                  tuning: dict) -> list[str]:
-    mode = "greedy" if cfg.greedy else f"temperature {cfg.temperature:g} (sampling; no equality column)"
-    lines = [f"machine: {machine_line()}",
-             f"pair: verifier {cfg.verifier}, drafter {cfg.drafter}; dtype {cfg.dtype}, max_seq {cfg.max_seq}",
-             f"workload: {cfg.n_prompts} prompt(s) ({source}; {statistics.mean(map(len, prompts)):.0f} tokens on "
-             f"average) x {cfg.n_new} new tokens x {cfg.repeats} repeat(s), {mode}; rows interleaved, warm-up "
-             "excluded"]
-    for name, times in tuning.items():
-        lines.append(f"{name} tuned on a held-out warm-up prompt, TPOT ms: "
-                     + ", ".join(f"{k} {v:.2f}" for k, v in times.items()))
-    if floor:
-        lines.append(f"floor: memory bandwidth {floor['read_gbs']:.1f} GB/s read, {floor['copy_gbs']:.1f} GB/s copy "
-                     f"over {floor['mb']} MB, {floor['weights_read_gbs']:.1f} GB/s reading a weights-sized buffer "
-                     f"again and again (cache-resident if it fits); verifier weights {floor['weight_bytes'] / 1e6:.1f} "
-                     f"MB / the fastest of these = {floor['floor_ms']:.3f} ms per verify step")
-        lines.append("verify ms: median verify call inside one more decode of prompt 0 (AR: the 1-token step; "
-                     "greedy trees/chains: the verify phase, pruning and acceptance included)")
-    return lines
-
-
-def to_json(cfg: BenchConfig, rows: list[Row], floor: dict | None, tuning: dict, source: str) -> dict:
-    return {
-        "machine": machine_line(), "argv": sys.argv, "prompt_source": source,
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()
-                   if k not in ("tree_grid",)} | {"tree_grid": [shape_label(s) for s in cfg.tree_grid]},
-        "floor": floor, "tuning": tuning,
-        "rows": [{"name": r.name, "runs_as": r.runs_as, "rss_mb": r.rss_mb, "rss_delta_mb": r.rss_delta_mb,
-                  "verify_ms": r.verify_ms, "mismatches": r.mismatches,
-                  "samples": [vars(s) for s in r.samples]} for r in rows],
-    }
-
-
-def require_matplotlib():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise YggcError("--plot needs matplotlib: pip install matplotlib (or drop --plot)") from None
-    return plt
-
-
-def plot(rows: list[Row], path: Path) -> None:
-    """TPOT bars (median, p90 whisker) and the accepted-length histogram of the speculative rows."""
-    plt = require_matplotlib()
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    meds = [median(r.tpots()) for r in rows]
-    ax1.bar([r.name for r in rows], meds, yerr=[[0] * len(rows), [p90(r.tpots()) - m for r, m in zip(rows, meds)]])
-    ax1.set_ylabel("TPOT ms (median, p90 whisker)")
-    ax1.tick_params(axis="x", rotation=30)
-    spec = [r for r in rows if any(k > 1 for k in r.per_iter())]
-    top = max((max(r.per_iter()) for r in spec), default=1)
-    for r in spec:
-        ax2.hist(r.per_iter(), bins=range(1, top + 2), alpha=0.5, label=r.name, density=True, align="left")
-    ax2.set_xlabel("tokens accepted per iteration (bonus included)")
-    ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path)
 
 
 # ---- the whole run -------------------------------------------------------------------------------
