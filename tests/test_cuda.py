@@ -39,8 +39,9 @@ def test_cuda_properties():
 
 @pytest.mark.cuda
 def test_cuda_bundle_is_lossless(tmp_path):
-    from yggc.autoregressive import AutoregressiveDecoder
     from yggc.passes.pipeline import CompileJob, compile_bundle
+
+    from yggc.autoregressive import AutoregressiveDecoder
     from yggc.runtime import Runtime
     from yggc.sampling import SamplingParams
     from yggc.speculative import TreeShape
