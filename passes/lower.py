@@ -42,10 +42,9 @@ def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, de
 def lower_draft_phase(phase: DraftPhase, max_seq: int, out_path: Path, device: str = "cpu") -> Path:
     """The whole draft phase (head step, D-1 tree steps, top-W growth) -> one package."""
     long = {"dtype": torch.long, "device": device}
-    inputs = (torch.zeros(HEAD_WIDTH, **long), torch.zeros(HEAD_WIDTH, **long), torch.tensor(0, **long),
-              torch.tensor(0, **long), torch.ones(HEAD_WIDTH, max_seq, dtype=torch.bool, device=device),
-              torch.zeros(phase.depth, **long), torch.ones(phase.depth, **long))
-    return compile_program(phase, inputs, (4, 1), max_seq, out_path)
+    inputs = (torch.zeros(HEAD_WIDTH, **long), torch.tensor([0, 1], **long), torch.arange(max_seq, device=device),
+              torch.zeros(2, phase.depth, **long))
+    return compile_program(phase, inputs, (2, 0), max_seq, out_path)
 
 
 def lower_verify_phase(phase: GreedyVerifyPhase, n_nodes: int, max_seq: int, out_path: Path,

@@ -46,7 +46,7 @@ def bucket_widths(shape: TreeShape) -> dict[str, list[int]]:
 def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
     name = f"draft_d{shape.depth}_w{shape.width}"
     return {"name": name, "model": "drafter", "kind": "draft_phase", "depth": shape.depth, "width": shape.width,
-            "file": f"artifacts/{name}.pt2", "module": DraftPhase(drafter, shape.depth, shape.width, vocab)}
+            "file": f"artifacts/{name}.pt2", "module": DraftPhase(drafter, shape.depth, shape.width, vocab, drafter.n_slots - 1)}
 
 
 def verify_phase_bucket(shape: TreeShape, verifier) -> dict:

@@ -33,22 +33,27 @@ def tree_mask(n: int | torch.Tensor, anc: torch.Tensor, view: int) -> torch.Tens
 
 
 class DraftPhase(nn.Module):
-    def __init__(self, drafter: nn.Module, depth: int, width: int, vocab: int):
+    def __init__(self, drafter: nn.Module, depth: int, width: int, vocab: int, trash: int):
         super().__init__()
-        self.drafter, self.depth, self.width, self.vocab = drafter, depth, width, vocab
+        self.drafter, self.depth, self.width, self.vocab, self.trash = drafter, depth, width, vocab, trash
 
-    def head(self, pending_tokens, pending_slots, root_row, head_mask) -> torch.Tensor:
-        """Feed the tokens the drafter has not seen (padding rows go to the trash slot) -> root logits [vocab]."""
-        logits = self.drafter(pending_tokens, pending_slots, pending_slots, head_mask)  # [2, Vd]; position = slot
+    def head(self, pending_tokens, root_row, n, view_slots) -> torch.Tensor:
+        """Feed the tokens the drafter has not seen, root last at slot n (padding rows go to the trash
+        slot) -> root logits [vocab]. pending_tokens [2], root_row [] (index of the root), n []."""
+        rows = torch.arange(HEAD_WIDTH, device=pending_tokens.device)
+        slots = torch.where(rows <= root_row, n - root_row + rows, self.trash)  # position = slot
+        mask = view_slots[None, :] <= slots[:, None]  # causal; padding rows see everything harmlessly
+        logits = self.drafter(pending_tokens, slots, slots, mask)  # [2, Vd]
         return align_vocab(logits.index_select(0, root_row.view(1))[0], self.vocab)
 
-    def forward(self, pending_tokens, pending_slots, root_row, n, head_mask, move_src, move_dst):
-        """pending_tokens/slots [2], root_row [], n [] (the root's slot), head_mask [2, S], and the K/V
-        moves [D] the last acceptance left for the drafter (trash -> trash when none)
-        -> tree tokens, parents, depth [N] long, cum_logp [N], ancestor mask [N, N]; N = 1 + D*W."""
-        W, view = self.width, head_mask.shape[1]
-        self.drafter.move_kv(move_src, move_dst)
-        root_logits = self.head(pending_tokens, pending_slots, root_row, head_mask)
+    def forward(self, pending_tokens, meta, view_slots, moves):
+        """pending_tokens [2] (root last), meta [2] = (root row, root slot n), view_slots [S] = arange(S)
+        (its length is the cache view), moves [2, D] = K/V (src, dst) slots the last acceptance left for
+        the drafter -> tree tokens, parents, depth [N] long, cum_logp [N], ancestors [N, N]; N = 1 + D*W."""
+        W, view = self.width, view_slots.shape[0]
+        root_row, n = meta[0], meta[1]
+        self.drafter.move_kv(moves[0], moves[1])
+        root_logits = self.head(pending_tokens, root_row, n, view_slots)
         state = egt_init(0, self.depth, W, self.vocab)
         state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), pending_tokens.index_select(0, root_row.view(1)))
         state = egt_step(state, torch.log_softmax(root_logits, -1).expand(W, -1))

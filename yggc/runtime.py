@@ -60,7 +60,7 @@ class Runtime:
         vocab = loaded["verifier"].graph.cfg.vocab_size
         for b in manifest.buckets:
             if b["kind"] == "draft_phase":
-                phase = DraftPhase(loaded["drafter"].graph, b["depth"], b["width"], vocab)
+                phase = DraftPhase(loaded["drafter"].graph, b["depth"], b["width"], vocab, manifest.max_seq)
                 rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase)
             if b["kind"] == "verify_phase":
                 phase = GreedyVerifyPhase(loaded["verifier"].graph, b["depth"], b["verify"])

@@ -62,29 +62,32 @@ class SpeculativeDecoder:
                  draft_phase=None, verify_phase=None):
         self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
-        self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab)
+        self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab, layout.trash)
         # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
         self.run_draft = draft_phase or self.draft_phase
         self.run_verify = verify_phase or GreedyVerifyPhase(verifier, shape.depth, shape.verify)
-        self.no_moves = torch.full((shape.depth,), layout.trash, dtype=torch.long, device=self.device)
-        self.drafter_moves = (self.no_moves, self.no_moves)  # accepted K/V the drafter still has to move
+        self.no_moves = torch.full((2, shape.depth), layout.trash, dtype=torch.long, device=self.device)
+        self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
+        self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
         self.stats = DecodeStats()
 
     # -- drafting ------------------------------------------------------------------------------------
+    def view_slots(self, n_used: int) -> torch.Tensor:
+        view = self.layout.view(n_used)
+        if view not in self.views:
+            self.views[view] = torch.arange(view, device=self.device)
+        return self.views[view]
+
     def head_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
-        """Tokens the drafter has not seen (root last, at slot n), padded to HEAD_WIDTH rows."""
-        k = len(pending)
-        slots = torch.full((HEAD_WIDTH,), self.layout.trash, dtype=torch.long)
-        slots[:k] = torch.arange(n - k + 1, n + 1)
-        tokens = torch.zeros(HEAD_WIDTH, dtype=torch.long)
-        tokens[:k] = torch.tensor(pending)
-        view = self.layout.view(n + self.shape.n_nodes)
-        return tokens, slots, torch.tensor(k - 1), torch.tensor(n), causal_rows(slots, view)
+        """Tokens the drafter has not seen (root last, at slot n), padded to HEAD_WIDTH; (root row, n)."""
+        tokens = torch.tensor(pending + [0] * (HEAD_WIDTH - len(pending)))
+        meta = torch.tensor([len(pending) - 1, n])
+        return tokens, meta, self.view_slots(n + self.shape.n_nodes)
 
     def draft_tree(self, pending: list[int], n: int) -> Draft:
         """The EGT draft phase in one call: D drafter calls, W new nodes each."""
-        tokens, parents, depth, cum_logp, anc = self.run_draft(*self.head_inputs(pending, n), *self.drafter_moves)
+        tokens, parents, depth, cum_logp, anc = self.run_draft(*self.head_inputs(pending, n), self.drafter_moves)
         tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
         return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width, anc)
 
@@ -94,9 +97,9 @@ class SpeculativeDecoder:
         D = self.shape.depth
         tree = TokenTree.from_root(pending[-1], 1 + D)
         q = torch.empty(D, self.vocab)
-        tokens, slots, root_row, _, mask = self.head_inputs(pending, n)
+        tokens, meta, view = self.head_inputs(pending, n)
         self.drafter.move_kv(*self.drafter_moves)
-        logits = self.draft_phase.head(tokens, slots, root_row, mask)
+        logits = self.draft_phase.head(tokens, meta[0], meta[1], view)
         for d in range(1, D + 1):
             q[d - 1] = target_probs(logits, params)
             tree.tokens[d] = int(torch.multinomial(q[d - 1], 1, generator=gen))
@@ -109,15 +112,17 @@ class SpeculativeDecoder:
         return Draft(tree, q, D, tree.ancestor_mask())
 
     # -- verification --------------------------------------------------------------------------------
-    def verify_greedy(self, draft: Draft, n: int) -> tuple[torch.Tensor, int, int]:
-        """One call: prune, verify, accept, compact the verifier's KV -> (accepted tree ids, bonus, max depth)."""
+    def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
+        """One call: prune, verify, accept, compact the verifier's KV -> (emitted tokens, last accepted
+        tree id, deepest verified depth); also leaves the drafter's K/V moves for its next call."""
         t = draft.tree
-        view = torch.arange(self.layout.view(n + self.shape.verify + 1))
-        kept, path, k, bonus = self.run_verify(t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n), view)
-        return kept[path[1:int(k) + 1]], int(bonus), int(t.depth[kept].max())
+        emit, info, self.drafter_moves = self.run_verify(t.tokens, t.parents, t.depth, t.cum_logp, draft.anc,
+                                                         torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
+        k, last_id, max_depth = info.tolist()
+        return emit[: k + 1].tolist(), last_id, max_depth
 
     def verify_sampled(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
-        """Verifier call + a lossless sampling rule on the host -> (accepted tree ids, next token, max depth)."""
+        """Verifier call + a lossless sampling rule on the host -> same as verify_greedy."""
         kept = prune_topk(draft.tree, self.shape.verify)
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
@@ -130,7 +135,11 @@ class SpeculativeDecoder:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
         path = torch.tensor(path, dtype=torch.long)
         self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
-        return kept[path], token, int(sub.depth.max())
+        ids = kept[path]
+        self.drafter_moves = self.no_moves.clone()
+        self.drafter_moves[0, : len(path)], self.drafter_moves[1, : len(path)] = n + ids, n + 1 + torch.arange(len(path))
+        tokens = draft.tree.tokens[ids].tolist() + [token]
+        return tokens, int(ids[-1]) if len(path) else 0, int(sub.depth.max())
 
     # -- the loop ------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -166,19 +175,15 @@ class SpeculativeDecoder:
             return self.fallback_step(pending[-1], n, params, gen, stop)
         if params.greedy:
             draft = self.draft_tree(pending, n)
-            path, token, max_depth = self.verify_greedy(draft, n)
+            new, last_id, max_depth = self.verify_greedy(draft, n)
         else:
             draft = self.draft_tree(pending, n) if self.shape.width > 1 else self.draft_chain_sampled(pending, n, params, gen)
-            path, token, max_depth = self.verify_sampled(draft, n, params, gen)
-        k = len(path)
+            new, last_id, max_depth = self.verify_sampled(draft, n, params, gen)
+        k = len(new) - 1
         self.record(max_depth, self.shape.verify, k)
-        # the drafter moves the same path in its next draft call (an unfed leaf gets rewritten by the head step)
-        src, dst = self.no_moves.clone(), self.no_moves.clone()
-        src[:k], dst[:k] = n + path, n + 1 + torch.arange(k)
-        self.drafter_moves = (src, dst)
-        accepted = draft.tree.tokens[path].tolist()
-        pending = [accepted[-1], token] if k and int(path[-1]) >= draft.n_fed else [token]
-        return accepted + [token], n + 1 + k, pending
+        # a leaf the drafter never ran on rides along with the new root in the next head step
+        pending = new[-2:] if k and last_id >= draft.n_fed else new[-1:]
+        return new, n + 1 + k, pending
 
     def fallback_step(self, root: int, n: int, params, gen, stop) -> tuple[list[int], int, list[int]]:
         """No room left for a tree: finish with plain verifier steps (the drafter is no longer needed)."""

@@ -48,7 +48,9 @@ class GreedyVerifyPhase(nn.Module):
 
     def forward(self, tokens, parents, depth, cum_logp, anc, n, view_slots):
         """Tree [N] from the draft phase, n [] = root slot, view_slots [S] (its length = cache view)
-        -> kept [V+1], path rows [D+1] (root first, by depth), accepted count [], bonus token []."""
+        -> emitted tokens [D+1] (the accepted path, then the bonus at index k, then padding),
+        info [3] = (accepted count k, last accepted tree id, deepest verified depth),
+        drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end)."""
         V, D = self.verify, self.depth
         kept, sub_par, sub_depth, sub_anc = prune_top(tokens, parents, depth, cum_logp, anc, V)
         rows = torch.arange(V + 1, device=tokens.device)
@@ -59,5 +61,10 @@ class GreedyVerifyPhase(nn.Module):
         on_path = sub_anc[deepest]  # [V+1] the accepted rows, root included
         path = torch.argsort(torch.where(on_path, sub_depth, D + 1 + rows))[: min(D, V) + 1]
         # move the accepted rows' K/V to the slots after the root; extra moves land past the new end
-        self.verifier.move_kv(n + path[1:], n + 1 + torch.arange(path.shape[0] - 1, device=tokens.device))
-        return kept, path, sub_depth[deepest], best[deepest]
+        dst = n + 1 + torch.arange(path.shape[0] - 1, device=tokens.device)
+        self.verifier.move_kv(n + path[1:], dst)
+        k = sub_depth[deepest]
+        path_ids = kept[path]  # tree ids, root first
+        emit = torch.where(rows[: path.shape[0]] == k, best[deepest], tokens[torch.roll(path_ids, -1)])
+        info = torch.stack([k, path_ids[k], sub_depth.max()])
+        return emit, info, torch.stack([n + path_ids[1:], dst])
