@@ -106,7 +106,7 @@ def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.f
     state = to_graph_state(read_hf_tensors(path), cfg)
     with torch.device("meta"):
         model = LlamaGraph(cfg, n_slots, dtype)
-    model.to_empty(device=device)
+    materialize(model, device)
     model.inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim).to(device)  # to_empty left it uninitialised
     expected = {k: v.shape for k, v in model.state_dict().items()}
     for name, shape in expected.items():
@@ -122,6 +122,18 @@ def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.f
     for cache in model.caches():
         cache.k.zero_(), cache.v.zero_()
     return model.eval().requires_grad_(False)
+
+
+def materialize(model: torch.nn.Module, device: str | torch.device) -> None:
+    """Give meta tensors uninitialised storage on `device` (Module.to_empty pulls in sympy: ~1 s of imports)."""
+    for mod in model.modules():
+        for name, p in mod._parameters.items():
+            if p is not None and p.is_meta:
+                mod._parameters[name] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=device),
+                                                           requires_grad=False)
+        for name, b in mod._buffers.items():
+            if b is not None and b.is_meta:
+                mod._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
 
 
 def load_tokenizer(model_dir: str | Path) -> Tokenizer | None:

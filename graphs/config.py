@@ -115,7 +115,8 @@ def _parse_rope(cfg: dict, where: str) -> RopeConfig:
 
 def rope_inv_freq(rope: RopeConfig, head_dim: int) -> torch.Tensor:
     """Inverse rotary frequencies [head_dim // 2] (float32), with HF's scaling rules."""
-    inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    # explicit device: computed for real even under a meta-device context (meta kernels import sympy)
+    inv_freq = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim))
     if rope.rope_type == "linear":
         return inv_freq / rope.factor
     if rope.rope_type == "llama3":

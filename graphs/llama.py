@@ -108,7 +108,8 @@ class LlamaGraph(nn.Module):
     def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.cfg, self.n_slots = cfg, n_slots
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # no random init: weights always come from a checkpoint (and meta-device init costs seconds)
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(Block(cfg, n_slots, dtype) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
