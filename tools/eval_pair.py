@@ -18,8 +18,8 @@ Metrics
       a step is only simulated while all k drafts and the bonus token lie inside
       the continuation.
 
-``heldout_prompts(n, n_chars)`` (defined in train_pair, re-exported here) is the
-stable prompt set also used by the benchmark harness.
+``heldout_prompts(n, n_chars)`` (defined in pair_data, re-exported by train_pair
+and here) is the stable prompt set also used by the benchmark harness.
 """
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+"""Compiled vs eager on one bundle: per-bucket forward latency, AR and tree TPOT, host share.
+
+    python tools/bench_compiled.py BUNDLE [--prompts 4] [-n 128] [--repeats 2] [--threads 1]
+
+Eager rows run the bundle's own graphs without its compiled buckets; every row must produce the
+same greedy tokens. The host share is the part of a steady-state tree iteration spent outside the
+two compiled phase calls.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from yggc.autoregressive import AutoregressiveDecoder, StopPolicy
+from yggc.cache_layout import causal_rows, prefill
+from yggc.models import DEMO_PAIR
+from yggc.runtime import Runtime
+from yggc.sampling import SamplingParams
+from yggc.speculative import SpeculativeDecoder
+from yggc.timing import median_ms
+
+
+def forward_ms(fn, width: int, context: int, layout) -> float:
+    """Median ms of one forward at `width` with `context` tokens in view."""
+    slots = torch.arange(context, context + width)
+    mask, ids = causal_rows(slots, layout.view(context + width)), torch.zeros(width, dtype=torch.long)
+    with torch.inference_mode():
+        return median_ms(lambda: fn(ids, slots, slots, mask), 30)
+
+
+def bucket_table(rt: Runtime, context: int = 256) -> list[str]:
+    lines = ["| bucket | eager ms | compiled ms | speedup |", "|---|---|---|---|"]
+    layout = rt.verifier.layout
+    for name, model in rt.compiled.items():
+        for w, run in sorted(model.runners.items()):
+            eager, compiled = forward_ms(model.graph, w, context, layout), forward_ms(run, w, context, layout)
+            lines.append(f"| {name} W={w} | {eager:.3f} | {compiled:.3f} | {eager / compiled:.2f}x |")
+    return lines
+
+
+def decode_table(rt: Runtime, prompts: list[list[int]], n: int, repeats: int) -> list[str]:
+    layout = rt.verifier.layout
+    decoders = {"ar-eager": AutoregressiveDecoder(rt.verifier.graph, layout),
+                "ar-compiled": rt.decoder(speculative=False),
+                "tree-eager": SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, layout, rt.shape),
+                "tree-compiled": rt.decoder()}
+    tpot = {k: [] for k in decoders}
+    accepted = {k: [] for k in decoders}
+    equal = dict.fromkeys(decoders, True)
+    for prompt in prompts:
+        ref = None
+        for rep in range(repeats + 1):  # the first round warms up
+            for name, dec in decoders.items():
+                out = [t for chunk in dec.stream(prompt, n, SamplingParams()) for t in chunk]
+                ref = out if ref is None else ref
+                equal[name] &= out == ref
+                if rep:
+                    tpot[name].append(dec.stats.tpot_ms)
+                    accepted[name].append(dec.stats.summary().get("mean_accepted_length", 1.0))
+    base = statistics.median(tpot["ar-eager"])
+    lines = ["| decoding | mean accepted | TPOT median ms | vs ar-eager | equal to ar-eager |", "|---|---|---|---|---|"]
+    for name in decoders:
+        med = statistics.median(tpot[name])
+        lines.append(f"| {name} | {statistics.mean(accepted[name]):.2f} | {med:.3f} | {base / med:.2f}x | "
+                     f"{'yes' if equal[name] else 'NO'} |")
+    return lines
+
+
+def host_share(rt: Runtime, prompt: list[int], iterations: int = 60) -> str:
+    dec, layout = rt.decoder(), rt.verifier.layout
+    inside = [0.0]
+
+    def timed(fn):
+        def call(*args):
+            t0 = time.perf_counter()
+            out = fn(*args)
+            inside[0] += time.perf_counter() - t0
+            return out
+        return call
+
+    dec.run_draft, dec.run_verify = timed(dec.run_draft), timed(dec.run_verify)
+    with torch.inference_mode():
+        prefill(dec.verifier, prompt, 0, layout, 32)
+        prefill(dec.drafter, prompt, 0, layout, 32)
+        n, pending, stop = len(prompt), [prompt[-1]], StopPolicy(10**9, (), layout)
+        t0 = time.perf_counter()
+        for _ in range(iterations):
+            _, n, pending = dec.iterate(n, pending, SamplingParams(), torch.Generator(), stop)
+        total = time.perf_counter() - t0
+    host = total - inside[0]
+    return (f"host share of a compiled tree iteration: {100 * host / total:.1f}% "
+            f"({1000 * host / iterations:.3f} ms of {1000 * total / iterations:.3f} ms)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bundle")
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    rt = Runtime.load(args.bundle)
+    texts = [p["text"] for p in json.loads((DEMO_PAIR / "prompts.json").read_text())["prompts"]][: args.prompts]
+    prompts = [rt.encode(t) for t in texts]
+    print(f"bundle {args.bundle}, plan {rt.shape}, {args.threads} thread(s), torch {torch.__version__}")
+    print("\n".join(bucket_table(rt)), end="\n\n")
+    print("\n".join(decode_table(rt, prompts, args.n, args.repeats)), end="\n\n")
+    print(host_share(rt, prompts[0]))
+
+
+if __name__ == "__main__":
+    main()
