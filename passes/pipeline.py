@@ -14,10 +14,10 @@ from tqdm import tqdm
 
 from .. import models
 from ..autoregressive import PREFILL_CHUNK
-from ..buckets import CompiledModel, bucket_name
+from ..buckets import CompiledModel, bucket_name, load_bucket
 from ..draft_phase import HEAD_WIDTH, DraftPhase
 from ..graphs import check_pair
-from ..speculative import TreeShape
+from ..speculative import SpeculativeDecoder, TreeShape
 from ..verify_phase import GreedyVerifyPhase
 from .lower import lower_bucket, lower_draft_phase, lower_verify_phase
 from .profile import profile_models
@@ -56,10 +56,50 @@ def verify_phase_bucket(shape: TreeShape, verifier) -> dict:
             "module": GreedyVerifyPhase(verifier, shape.depth, shape.verify)}
 
 
+def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
+                          step) -> list[dict]:
+    buckets = []
+    for name, model in loaded.items():
+        w.copy_model_dir(model.path, name)
+        for width in widths[name]:
+            rel = f"artifacts/{bucket_name(name, width)}.pt2"
+            lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device)
+            buckets.append({"name": bucket_name(name, width), "model": name, "kind": "forward",
+                            "width": width, "file": rel})
+            step(f"lowered {name} W={width}")
+    return buckets
+
+
+def lower_phases(w: BundleWriter, loaded: dict, job: CompileJob, step) -> list[dict]:
+    """The fused draft phase and greedy verify phase for the job's tree shape."""
+    draft = draft_phase_bucket(job.shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
+    lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device)
+    step(f"lowered the draft phase D={job.shape.depth} W={job.shape.width}")
+    verify = verify_phase_bucket(job.shape, loaded["verifier"].graph)
+    lower_verify_phase(verify.pop("module"), job.shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device)
+    step(f"lowered the verify phase V={job.shape.verify}")
+    return [draft, verify]
+
+
+def compiled_decoder(root: Path, loaded: dict, buckets: list[dict], job: CompileJob) -> SpeculativeDecoder:
+    """The decoder the runtime will build from these buckets (for profiling)."""
+    compiled = {name: CompiledModel(m.graph, {b["width"]: root / b["file"] for b in buckets
+                                              if b["model"] == name and b["kind"] == "forward"})
+                for name, m in loaded.items()}
+    draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
+    vocab = loaded["verifier"].graph.cfg.vocab_size
+    draft_runner = load_bucket(root / draft["file"], DraftPhase(loaded["drafter"].graph, job.shape.depth,
+                                                               job.shape.width, vocab, job.max_seq))
+    verify_runner = load_bucket(root / verify["file"], GreedyVerifyPhase(loaded["verifier"].graph, job.shape.depth,
+                                                                        job.shape.verify))
+    return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, job.shape,
+                              draft_phase=draft_runner, verify_phase=verify_runner)
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     widths = bucket_widths(job.shape)
-    n_steps = 4 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, phases, write
+    n_steps = 5 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, phases, write
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     def step(msg: str) -> None:
@@ -71,28 +111,12 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
               "drafter": models.load(job.drafter_dir, job.dtype, job.max_seq, job.device)}
     step("loaded and checked the pair")
     with BundleWriter(job.out, overwrite=job.overwrite) as w:
-        buckets = []
-        for name, model in loaded.items():
-            w.copy_model_dir(model.path, name)
-            for width in widths[name]:
-                rel = f"artifacts/{bucket_name(name, width)}.pt2"
-                lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device)
-                buckets.append({"name": bucket_name(name, width), "model": name, "kind": "forward",
-                                "width": width, "file": rel})
-                step(f"lowered {name} W={width}")
-        draft = draft_phase_bucket(job.shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
-        lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device)
-        buckets.append(draft)
-        step(f"lowered the draft phase D={job.shape.depth} W={job.shape.width}")
-        verify = verify_phase_bucket(job.shape, loaded["verifier"].graph)
-        lower_verify_phase(verify.pop("module"), job.shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device)
-        buckets.append(verify)
-        step(f"lowered the verify phase V={job.shape.verify}")
-        compiled = {name: CompiledModel(m.graph, {b["width"]: w.root / b["file"] for b in buckets
-                                                  if b["model"] == name and b["kind"] == "forward"})
-                    for name, m in loaded.items()}
-        layout = loaded["verifier"].layout
-        profile = profile_models(compiled, widths, layout, job.shape, job.profile_repeats, step)
+        buckets = lower_forward_buckets(w, loaded, widths, job, step)
+        buckets += lower_phases(w, loaded, job, step)
+        decoder = compiled_decoder(w.root, loaded, buckets, job)
+        models_compiled = {"verifier": decoder.verifier, "drafter": decoder.drafter}
+        profile = profile_models(models_compiled, widths, loaded["verifier"].layout, job.shape,
+                                 job.profile_repeats, step, decoder)
         w.write_json("profile.json", profile)
         w.write_json("plan.json", {"depth": job.shape.depth, "width": job.shape.width,
                                    "verify": job.shape.verify, "source": "compile flags"})

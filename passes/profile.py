@@ -12,7 +12,7 @@ from ..cost_model import fit_roofline
 from ..device import cuda_properties
 from ..models import model_device
 from ..prune import prune_topk
-from ..speculative import TreeShape, tree_mask
+from ..speculative import SpeculativeDecoder, TreeShape, tree_mask
 from ..timing import median_ms
 from ..token_tree import TokenTree
 from ..verification import verify_greedy
@@ -55,8 +55,16 @@ def host_stage_ms(shape: TreeShape, vocab: int, repeats: int) -> dict[str, float
     }
 
 
+def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, float]:
+    """One draft phase and one greedy verify phase as the decode loop calls them (host glue included)."""
+    with torch.inference_mode():
+        draft = decoder.draft_tree([0], context)
+        return {"draft": median_ms(lambda: decoder.draft_tree([0], context), repeats),
+                "verify": median_ms(lambda: decoder.verify_greedy(draft, context), repeats)}
+
+
 def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
-                   repeats: int = 20, progress=None) -> dict:
+                   repeats: int = 20, progress=None, decoder: SpeculativeDecoder | None = None) -> dict:
     context = min(256, layout.max_seq // 2)
     out = {"schema": PROFILE_SCHEMA, "context": context, "models": {}}
     for name, model in models.items():
@@ -68,6 +76,8 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
         out["models"][name] = {"bucket_ms": {str(w): t for w, t in points.items()},
                                "cost_curve": fit_roofline(points).to_dict()}
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats)
+    if decoder is not None:
+        out["phase_ms"] = phase_latency_ms(decoder, context, repeats)
     if model_device(models["verifier"]).type == "cuda":
         out["device"] = cuda_properties()
     return out

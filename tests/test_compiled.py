@@ -93,6 +93,7 @@ def test_cli_run_and_inspect(bundle, capsys):
     assert main(["inspect", str(bundle)]) == 0
     out = capsys.readouterr().out
     assert "verifier_w6" in out and "cost curve" in out and "plan: depth 3, width 2, verify 5" in out
+    assert "draft phase (one call)" in out and "verify phase (one call)" in out
 
 
 def test_tampered_bundle_is_refused(bundle, tmp_path, capsys):

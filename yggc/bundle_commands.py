@@ -48,6 +48,8 @@ def inspect_command(args: argparse.Namespace) -> int:
     for name, entry in profile.get("models", {}).items():
         c = entry["cost_curve"]
         print(f"  {name} cost curve: T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x max(0, W - {c['knee']:g})")
+    for phase, ms in profile.get("phase_ms", {}).items():
+        print(f"  {phase} phase (one call): {ms:.3f} ms")
     for stage, ms in profile.get("host_ms", {}).items():
         print(f"  host {stage}: {ms:.4f} ms")
     return 0
