@@ -21,7 +21,8 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
-        "dev": ["pytest>=7", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4"],
+        "dev": ["pytest>=7", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4", "matplotlib>=3.5"],
+        "plot": ["matplotlib>=3.5"],
         "hf": ["transformers>=4.45"],
         "cuda": ["cuda-python>=12"],
         "tensorrt": ["torch-tensorrt>=2.5"],

@@ -138,3 +138,10 @@ def test_profile_follows_schema(bundle):
         widths = {int(w) for w in entry["bucket_ms"]}
         assert widths == {b["width"] for b in json.loads((bundle / "manifest.json").read_text())["buckets"]
                           if b["model"] == name and b["kind"] == "forward"}
+
+
+def test_profile_command_plots(bundle, tmp_path, capsys):
+    out = tmp_path / "curves.png"
+    assert main(["profile", str(bundle), "--plot", str(out)]) == 0
+    assert "verifier cost curve" in capsys.readouterr().out
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

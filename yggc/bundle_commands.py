@@ -29,11 +29,40 @@ def compile_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def read_bundle_json(root: Path, name: str) -> dict:
+    path = root / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    load_manifest(args.bundle)  # a bundle, not any folder with a profile.json
+    profile = read_bundle_json(Path(args.bundle), "profile.json")
+    if not profile:
+        raise YggcError(f"{args.bundle} has no profile.json; re-run `yggc compile`")
+    print_profile(profile)
+    if args.plot:
+        from .profile_plot import plot_profile
+
+        print(f"wrote {plot_profile(profile, Path(args.plot))}", file=sys.stderr)
+    return 0
+
+
+def print_profile(profile: dict) -> None:
+    for name, entry in profile.get("models", {}).items():
+        widths = ", ".join(f"W={w}: {ms:.3f} ms" for w, ms in entry["bucket_ms"].items())
+        print(f"  {name} buckets: {widths}")
+        c = entry["cost_curve"]
+        print(f"  {name} cost curve: T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x max(0, W - {c['knee']:g})")
+    for phase, ms in profile.get("phase_ms", {}).items():
+        print(f"  {phase} phase (one call): {ms:.3f} ms")
+    for stage, ms in profile.get("host_ms", {}).items():
+        print(f"  host {stage}: {ms:.4f} ms")
+
+
 def inspect_command(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.bundle)
     root = Path(args.bundle)
-    profile = json.loads((root / "profile.json").read_text()) if (root / "profile.json").exists() else {}
-    plan = json.loads((root / "plan.json").read_text()) if (root / "plan.json").exists() else {}
+    profile, plan = read_bundle_json(root, "profile.json"), read_bundle_json(root, "plan.json")
     if args.json:
         print(json.dumps({"manifest": manifest.to_dict(), "profile": profile, "plan": plan}, indent=2))
         return 0
@@ -45,11 +74,5 @@ def inspect_command(args: argparse.Namespace) -> int:
     for b in m.buckets:
         ms = profile.get("models", {}).get(b["model"], {}).get("bucket_ms", {}).get(str(b["width"]))
         print(f"    {b['name']:<16} width {b['width']:>4}  {ms:.3f} ms" if ms is not None else f"    {b['name']}")
-    for name, entry in profile.get("models", {}).items():
-        c = entry["cost_curve"]
-        print(f"  {name} cost curve: T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x max(0, W - {c['knee']:g})")
-    for phase, ms in profile.get("phase_ms", {}).items():
-        print(f"  {phase} phase (one call): {ms:.3f} ms")
-    for stage, ms in profile.get("host_ms", {}).items():
-        print(f"  host {stage}: {ms:.4f} ms")
+    print_profile(profile)
     return 0

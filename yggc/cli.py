@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     insp = sub.add_parser("inspect", help="show a bundle's manifest, buckets and profile")
     insp.add_argument("bundle", help="a bundle written by `yggc compile`")
     insp.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
+    prof = sub.add_parser("profile", help="show a bundle's measured stage latencies and cost curves")
+    prof.add_argument("bundle", help="a bundle written by `yggc compile`")
+    prof.add_argument("--plot", metavar="OUT.png", help="also draw the measured points and fitted curves")
     add_bench_parser(sub)
     return parser
 
@@ -90,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "inspect":
             from .bundle_commands import inspect_command
             return inspect_command(args)
+        if args.command == "profile":
+            from .bundle_commands import profile_command
+            return profile_command(args)
         if args.command == "bench":
             return bench_command(args)
     except USER_ERRORS as e:
