@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .autoregressive import PREFILL_CHUNK, StopPolicy, check_prompt
+from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
 from .block_verification import verify_chain_block, verify_chain_tokenwise
 from .cache_layout import CacheLayout, causal_rows, prefill
 from .draft_phase import HEAD_WIDTH, DraftPhase, align_vocab, tree_mask
@@ -70,6 +70,7 @@ class SpeculativeDecoder:
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
+        self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.stats = DecodeStats()
 
     # -- drafting ------------------------------------------------------------------------------------
@@ -190,9 +191,7 @@ class SpeculativeDecoder:
         if stop.kv_full(n, 1):
             self.stats.stop_reason = stop.kv_full(n, 1)
             return [], n, []
-        slot = torch.tensor([n])
-        logits = self.verifier(torch.tensor([root]), slot, slot, causal_rows(slot, self.layout.view(n + 1)))[0]
-        token = next_token(logits, params, gen)
+        token = next_token(self.verifier_alone.step(root, n), params, gen)
         return [token], n + 1, [token]
 
     def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
