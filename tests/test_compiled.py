@@ -145,3 +145,16 @@ def test_profile_command_plots(bundle, tmp_path, capsys):
     assert main(["profile", str(bundle), "--plot", str(out)]) == 0
     assert "verifier cost curve" in capsys.readouterr().out
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("shape", [SHAPE, TreeShape(3, 1, 3)])
+def test_compiled_sampling_follows_eager_sampling(bundle, shape):
+    """Same seed, same tokens: the compiled sampling path is the eager one (whose distribution is tested)."""
+    from yggc.speculative import SpeculativeDecoder
+
+    rt = Runtime.load(bundle)
+    eager = SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, rt.verifier.layout, shape)
+    for seed in range(3):
+        kw = {"temperature": 1.0, "seed": seed}
+        got = rt.generate([5, 6, 7], 24, decoder=rt.decoder(shape=shape), **kw).tokens
+        assert got == rt.generate([5, 6, 7], 24, decoder=eager, **kw).tokens
