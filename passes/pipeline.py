@@ -35,6 +35,7 @@ class CompileJob:
     device: str = "cpu"
     overwrite: bool = False
     profile_repeats: int = 20
+    opt: str = "O1"  # see lower.INDUCTOR_CONFIGS
 
 
 def bucket_widths(shape: TreeShape) -> dict[str, list[int]]:
@@ -63,7 +64,7 @@ def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[
         w.copy_model_dir(model.path, name)
         for width in widths[name]:
             rel = f"artifacts/{bucket_name(name, width)}.pt2"
-            lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device)
+            lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device, job.opt)
             buckets.append({"name": bucket_name(name, width), "model": name, "kind": "forward",
                             "width": width, "file": rel})
             step(f"lowered {name} W={width}")
@@ -73,10 +74,11 @@ def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[
 def lower_phases(w: BundleWriter, loaded: dict, job: CompileJob, step) -> list[dict]:
     """The fused draft phase and greedy verify phase for the job's tree shape."""
     draft = draft_phase_bucket(job.shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
-    lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device)
+    lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device, job.opt)
     step(f"lowered the draft phase D={job.shape.depth} W={job.shape.width}")
     verify = verify_phase_bucket(job.shape, loaded["verifier"].graph)
-    lower_verify_phase(verify.pop("module"), job.shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device)
+    lower_verify_phase(verify.pop("module"), job.shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device,
+                       job.opt)
     step(f"lowered the verify phase V={job.shape.verify}")
     return [draft, verify]
 
@@ -84,14 +86,14 @@ def lower_phases(w: BundleWriter, loaded: dict, job: CompileJob, step) -> list[d
 def compiled_decoder(root: Path, loaded: dict, buckets: list[dict], job: CompileJob) -> SpeculativeDecoder:
     """The decoder the runtime will build from these buckets (for profiling)."""
     compiled = {name: CompiledModel(m.graph, {b["width"]: root / b["file"] for b in buckets
-                                              if b["model"] == name and b["kind"] == "forward"})
+                                              if b["model"] == name and b["kind"] == "forward"}, job.opt)
                 for name, m in loaded.items()}
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     vocab = loaded["verifier"].graph.cfg.vocab_size
     draft_runner = load_bucket(root / draft["file"], DraftPhase(loaded["drafter"].graph, job.shape.depth,
-                                                               job.shape.width, vocab, job.max_seq))
+                                                               job.shape.width, vocab, job.max_seq), job.opt)
     verify_runner = load_bucket(root / verify["file"], GreedyVerifyPhase(loaded["verifier"].graph, job.shape.depth,
-                                                                        job.shape.verify))
+                                                                        job.shape.verify), job.opt)
     return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, job.shape,
                               draft_phase=draft_runner, verify_phase=verify_runner)
 
@@ -121,7 +123,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         w.write_json("plan.json", {"depth": job.shape.depth, "width": job.shape.width,
                                    "verify": job.shape.verify, "source": "compile flags"})
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
-                  "buckets": buckets, "extra": {"compile_s": round(time.perf_counter() - t_start, 1)}})
+                  "buckets": buckets,
+                  "extra": {"opt": job.opt, "compile_s": round(time.perf_counter() - t_start, 1)}})
         step("wrote the bundle")
     bar.close()
     log(f"yggc: wrote {job.out} in {time.perf_counter() - t_start:.1f} s")

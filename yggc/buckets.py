@@ -26,20 +26,26 @@ def graph_constants(graph: torch.nn.Module) -> dict[str, torch.Tensor]:
     return consts
 
 
-def load_bucket(path: Path, graph: torch.nn.Module):
-    """Load a package and bind it to `graph`'s tensors before it can ever be called."""
+def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1"):
+    """Load a package and bind it to `graph`'s tensors before it can ever be called.
+
+    O1 packages get every weight and buffer; O2 packages carry frozen weights and get the buffers
+    (the KV cache) only, so all buckets still read and write one cache."""
     try:
         runner = torch._inductor.aoti_load_package(str(path))
     except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
         raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
     consts = graph_constants(graph)
-    missing = [n for n in runner.get_constant_fqns() if n not in consts]
+    names = runner.get_constant_fqns()
+    if opt == "O2":
+        buffers = dict(graph.named_buffers(remove_duplicate=False))
+        names = [n for n in names if n in buffers]
+    missing = [n for n in names if n not in consts]
     if missing:
         raise YggcError(f"compiled bucket {path.name} expects tensor {missing[0]!r} the model lacks; "
                         "re-run `yggc compile`")
     # Calling the package before its constants are bound would crash the process, hence here, at once.
-    runner.load_constants({n: consts[n] for n in runner.get_constant_fqns()}, check_full_update=True,
-                          user_managed=True)
+    runner.load_constants({n: consts[n] for n in names}, check_full_update=opt == "O1", user_managed=True)
     return runner
 
 
@@ -62,9 +68,9 @@ def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGra
 class CompiledModel:
     """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise)."""
 
-    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path]):
+    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1"):
         self.graph, self.cfg = graph, graph.cfg
-        self.runners = {w: load_bucket(p, graph) for w, p in sorted(packages.items())}
+        self.runners = {w: load_bucket(p, graph, opt) for w, p in sorted(packages.items())}
         if next(graph.parameters()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
             max_seq = graph.n_slots - 1
             self.runners = {w: capture_cuda_graphs(r, w, max_seq, max_seq) for w, r in self.runners.items()}

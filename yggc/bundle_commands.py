@@ -24,7 +24,7 @@ def compile_command(args: argparse.Namespace) -> int:
         raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output), tree_shape(args),
                      models.parse_dtype(args.dtype), models.context_length(verifier_dir, args.max_seq),
-                     args.device, args.overwrite)
+                     args.device, args.overwrite, opt=args.opt)
     compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
     return 0
 
@@ -68,7 +68,8 @@ def inspect_command(args: argparse.Namespace) -> int:
         return 0
     m = manifest
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
-    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, max_seq {m.max_seq}, created {m.created}")
+    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.extra.get('opt', 'O1')}, max_seq {m.max_seq}, "
+          f"created {m.created}")
     print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')}")
     print("  buckets:")
     for b in m.buckets:

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(comp)
     add_tree_args(comp, default_depth=4)
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
+    comp.add_argument("--opt", default="O1", choices=["O1", "O2"],
+                      help="O1 (default): weights shared by all buckets. O2: weights frozen into each bucket with "
+                           "max-autotune GEMMs: faster small steps, bigger bundle, much longer compile")
     comp.add_argument("-o", "--output", required=True, help="bundle directory to write")
     comp.add_argument("--overwrite", action="store_true", help="replace an existing bundle at -o")
 

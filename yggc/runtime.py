@@ -49,11 +49,11 @@ class Runtime:
         dtype = models.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
         loaded = {name: models.load(path / name, dtype, manifest.max_seq, device) for name in ("verifier", "drafter")}
-        compiled = {}
+        compiled, opt = {}, manifest.extra.get("opt", "O1")
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in manifest.buckets
                      if b["model"] == name and b["kind"] == "forward"}
-            compiled[name] = CompiledModel(model.graph, files)
+            compiled[name] = CompiledModel(model.graph, files, opt)
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape)
@@ -61,10 +61,10 @@ class Runtime:
         for b in manifest.buckets:
             if b["kind"] == "draft_phase":
                 phase = DraftPhase(loaded["drafter"].graph, b["depth"], b["width"], vocab, manifest.max_seq)
-                rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase)
+                rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase, opt)
             if b["kind"] == "verify_phase":
                 phase = GreedyVerifyPhase(loaded["verifier"].graph, b["depth"], b["verify"])
-                rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase)
+                rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase, opt)
         return rt
 
     def decoder(self, speculative: bool = True, shape: TreeShape | None = None, chain_rule: str = "block"):
