@@ -110,7 +110,8 @@ def test_tampered_bundle_is_refused(bundle, tmp_path, capsys):
     assert "re-run `yggc compile`" in capsys.readouterr().err
 
 
-def test_killed_compile_leaves_no_bundle(pair_dirs, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_compile_leaves_no_bundle(pair_dirs, tmp_path, sig):
     out = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "yggc.cli", "compile", "-m", str(pair_dirs[0]), "-md",
                              str(pair_dirs[1]), "-o", str(out), "--max-seq", "64", "--depth", "2", "--width", "3"],
@@ -118,9 +119,11 @@ def test_killed_compile_leaves_no_bundle(pair_dirs, tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and not any(tmp_path.glob(".killed.partial-*/artifacts/*.pt2")):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
+    proc.send_signal(sig)
     proc.wait()
     assert not out.exists()
+    if sig == signal.SIGTERM:  # a catchable signal: the writer removed its own partial directory
+        assert list(tmp_path.iterdir()) == []
     from yggc.passes.write_bundle import clean_stale_partials
 
     clean_stale_partials(out)
@@ -162,10 +165,11 @@ def test_compiled_sampling_follows_eager_sampling(bundle, shape):
 
 def test_o2_bucket_freezes_weights_and_shares_the_cache(pair_dirs, tmp_path):
     """--opt O2: weights baked into the package, the KV cache still the model's own (shared) tensor."""
-    from yggc.buckets import load_bucket
-    from yggc.cache_layout import causal_rows
     from yggc.graphs import load_model
     from yggc.passes.lower import lower_bucket
+
+    from yggc.buckets import load_bucket
+    from yggc.cache_layout import causal_rows
 
     graph, ref = load_model(pair_dirs[0], 65), load_model(pair_dirs[0], 65)
     runner = load_bucket(lower_bucket(graph, 1, 64, tmp_path / "v1.pt2", opt="O2"), graph, "O2")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -13,9 +14,14 @@ from .errors import YggcError
 from .run_command import tree_shape
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # so the bundle writer deletes its partial directory on `kill` too
+
+
 def compile_command(args: argparse.Namespace) -> int:
     from .passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
 
+    signal.signal(signal.SIGTERM, _interrupt)
     resolve_device(args.device)  # before anything slow
     verifier_dir, drafter_dir = args.model, args.model_draft
     if verifier_dir is None and drafter_dir is None:
