@@ -102,18 +102,26 @@ def host_share(rt: Runtime, prompt: list[int], iterations: int = 60) -> str:
             f"({1000 * host / iterations:.3f} ms of {1000 * total / iterations:.3f} ms)")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("bundle")
+def add_workload_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+
+
+def heldout_texts(n: int) -> list[str]:
+    """The first n held-out prompts shipped with the demo pair."""
+    return [p["text"] for p in json.loads((DEMO_PAIR / "prompts.json").read_text())["prompts"]][:n]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("bundle")
+    add_workload_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rt = Runtime.load(args.bundle)
-    texts = [p["text"] for p in json.loads((DEMO_PAIR / "prompts.json").read_text())["prompts"]][: args.prompts]
-    prompts = [rt.encode(t) for t in texts]
+    prompts = [rt.encode(t) for t in heldout_texts(args.prompts)]
     print(f"bundle {args.bundle}, plan {rt.shape}, {args.threads} thread(s), torch {torch.__version__}")
     print("\n".join(bucket_table(rt)), end="\n\n")
     print("\n".join(decode_table(rt, prompts, args.n, args.repeats)), end="\n\n")

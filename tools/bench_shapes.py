@@ -7,10 +7,9 @@ Defaults to the embedded demo pair and its held-out prompts; greedy, float32, in
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
-from bench_compiled import compare_decoders  # tools/ sibling
+from bench_compiled import add_workload_args, compare_decoders, heldout_texts  # tools/ sibling
 
 from yggc import models
 from yggc.autoregressive import AutoregressiveDecoder
@@ -23,16 +22,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-m", "--model")
     ap.add_argument("-md", "--model-draft")
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1)
+    add_workload_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     vdir, ddir = (args.model, args.model_draft) if args.model else models.demo_pair_dirs()
     v, d = models.load_pair(vdir, ddir, torch.float32, 1024)
-    texts = [p["text"] for p in json.loads((models.DEMO_PAIR / "prompts.json").read_text())["prompts"]]
-    prompts = [models.encode_prompt(v.tokenizer, t) for t in texts[: args.prompts]]
+    prompts = [models.encode_prompt(v.tokenizer, t) for t in heldout_texts(args.prompts)]
     decoders = {"autoregressive": AutoregressiveDecoder(v.graph, v.layout)}
     decoders |= {f"D={s.depth} W={s.width} V={s.verify}": SpeculativeDecoder(v.graph, d.graph, v.layout, s) for s in SHAPES}
     print(f"{vdir} + {ddir}; {len(prompts)} held-out prompts x {args.n} tokens x {args.repeats} repeats, "
