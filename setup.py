@@ -11,7 +11,7 @@ setup(
     # graphs/ and passes/ live at the top of the repo but install under the yggc namespace only.
     packages=["yggc", "yggc.graphs", "yggc.passes"],
     package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
-    package_data={"yggc": ["demo_pair/*.json", "demo_pair/*/*.json", "demo_pair/*/*.safetensors"]},
+    package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors"]},
     install_requires=[
         "torch>=2.5,<3",  # GPU users keep their own build; CI installs the 2.13.0 CPU wheel first
         "numpy>=1.24",

@@ -61,16 +61,18 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
         self.cache = KVCache(cfg.n_kv_heads, n_slots, cfg.head_dim, dtype)
 
-    def forward(self, x, cos, sin, slots, mask):
-        # x [W, hidden]; mask [W, S] bool
+    def forward(self, x, cos, sin, slots, mask, kv=None):
+        # x [W, hidden]; mask [W, S] bool; kv: (k, v) cache tensors passed in, else this layer's buffers
         W = x.shape[0]
         q, k, v = self.wqkv(x).split([self.n_heads * self.hd, self.n_kv * self.hd, self.n_kv * self.hd], -1)
         q = rotate(q.view(W, self.n_heads, self.hd).transpose(0, 1), cos, sin)  # [H, W, hd]
         k = rotate(k.view(W, self.n_kv, self.hd).transpose(0, 1), cos, sin)  # [KV, W, hd]
         v = v.view(W, self.n_kv, self.hd).transpose(0, 1)
-        self.cache.write(slots, k, v)
+        k_cache, v_cache = kv if kv is not None else (self.cache.k, self.cache.v)  # [KV, n_slots, hd]
+        k_cache.index_copy_(1, slots, k)
+        v_cache.index_copy_(1, slots, v)
         S = mask.shape[1]
-        keys, values = self.cache.k[:, :S], self.cache.v[:, :S]  # [KV, S, hd]
+        keys, values = k_cache[:, :S], v_cache[:, :S]  # [KV, S, hd]
         out = F.scaled_dot_product_attention(
             q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0), attn_mask=mask[None, None], enable_gqa=True
         )  # [1, H, W, hd]
@@ -97,8 +99,8 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, slots, mask):
-        x = x + self.attn(self.attn_norm(x), cos, sin, slots, mask)
+    def forward(self, x, cos, sin, slots, mask, kv=None):
+        x = x + self.attn(self.attn_norm(x), cos, sin, slots, mask, kv)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -119,19 +121,20 @@ class LlamaGraph(nn.Module):
         self.to(dtype)
         self.inv_freq = self.inv_freq.float()  # RoPE angles stay in float32 whatever the dtype
 
-    def forward_hidden(self, input_ids, position_ids, cache_slots, attn_mask):
-        """-> (logits [W, V] float32, last hidden state [W, hidden])."""
+    def forward_hidden(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
+        """-> (logits [W, V] float32, last hidden state [W, hidden]). `caches` (k0, v0, k1, v1, ...), if
+        given, replace the cache buffers (backends whose compiled programs cannot own a mutable buffer)."""
         angles = position_ids.float()[:, None] * self.inv_freq[None, :]  # [W, hd/2]
         angles = torch.cat((angles, angles), dim=-1)
         x = self.embed(input_ids)
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, cache_slots, attn_mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache_slots, attn_mask, caches[2 * i: 2 * i + 2] if caches else None)
         h = self.norm(x)
         return self.lm_head(h).float(), h
 
-    def forward(self, input_ids, position_ids, cache_slots, attn_mask):
-        return self.forward_hidden(input_ids, position_ids, cache_slots, attn_mask)[0]
+    def forward(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
+        return self.forward_hidden(input_ids, position_ids, cache_slots, attn_mask, *caches)[0]
 
     def caches(self) -> list[KVCache]:
         return [layer.attn.cache for layer in self.layers]

@@ -1,7 +1,8 @@
 """`yggc compile`: the passes in order, each reported on one progress bar.
 
-load -> check pair -> lower (one package per bucket) -> profile -> write bundle (atomic).
-Later passes (calibrate, train predictor, choose buckets, plan) slot in between profile and write.
+load -> check pair -> lower forward buckets -> [with --calib: profile them -> calibrate -> choose the
+tree shape by the objective -> lower the shape's buckets] -> lower the draft/verify phases ->
+profile -> write bundle (atomic). Later passes (train predictor, plan) slot in before the write.
 """
 from __future__ import annotations
 
@@ -16,12 +17,20 @@ from .. import models
 from ..autoregressive import PREFILL_CHUNK
 from ..buckets import CompiledModel, bucket_name, load_bucket
 from ..draft_phase import HEAD_WIDTH, DraftPhase
+from ..errors import YggcError
 from ..graphs import check_pair
+from ..objective import StageCosts
 from ..speculative import SpeculativeDecoder, TreeShape
 from ..verify_phase import GreedyVerifyPhase
+from .calibrate import CalibrationSpec, calibrate
+from .choose_shape import candidate_shapes, choose_shape
 from .lower import lower_bucket, lower_draft_phase, lower_verify_phase
-from .profile import profile_models
+from .lower_tensorrt import lower_bucket_tensorrt
+from .profile import profile_forward, profile_models
 from .write_bundle import BundleWriter
+
+# extra widths lowered and profiled before calibration, so the cost curves have points between 2 and 32
+PROBE_WIDTHS = {"verifier": (8, 16), "drafter": (4, 8)}
 
 
 @dataclass(frozen=True)
@@ -29,19 +38,37 @@ class CompileJob:
     verifier_dir: Path
     drafter_dir: Path
     out: Path
-    shape: TreeShape
+    shape: TreeShape | None  # None: chosen by calibration
     dtype: torch.dtype = torch.float32
     max_seq: int = 1024
     device: str = "cpu"
     overwrite: bool = False
     profile_repeats: int = 20
     opt: str = "O1"  # see lower.INDUCTOR_CONFIGS
+    calib: CalibrationSpec | None = None
+    backend: str = "inductor"  # forward buckets: "inductor", or "tensorrt" (CUDA; phases stay Inductor)
+
+    def __post_init__(self):
+        if (self.shape is None) == (self.calib is None):
+            raise ValueError("a compile job needs exactly one of a fixed tree shape and a calibration spec")
 
 
-def bucket_widths(shape: TreeShape) -> dict[str, list[int]]:
-    """Widths each model is called at: prefill chunks, decode/draft steps, the head step, verify."""
-    return {"verifier": sorted({1, PREFILL_CHUNK, shape.verify + 1}),
-            "drafter": sorted({1, HEAD_WIDTH, shape.width, PREFILL_CHUNK})}
+def bucket_widths(shape: TreeShape | None, probe: bool = False) -> dict[str, list[int]]:
+    """Widths each model is called at: prefill chunks, decode/draft steps, the head step, verify
+    (and, before calibration, the probe widths that shape the cost curves)."""
+    widths = {"verifier": {1, PREFILL_CHUNK}, "drafter": {1, HEAD_WIDTH, PREFILL_CHUNK}}
+    if shape is not None:
+        widths["verifier"].add(shape.verify + 1)
+        widths["drafter"].add(shape.width)
+    if probe:
+        for name, extra in PROBE_WIDTHS.items():
+            widths[name].update(extra)
+    return {name: sorted(ws) for name, ws in widths.items()}
+
+
+def lowered_widths(buckets: list[dict]) -> dict[str, list[int]]:
+    return {name: sorted(b["width"] for b in buckets if b["model"] == name and b["kind"] == "forward")
+            for name in ("verifier", "drafter")}
 
 
 def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
@@ -61,47 +88,74 @@ def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[
                           step) -> list[dict]:
     buckets = []
     for name, model in loaded.items():
-        w.copy_model_dir(model.path, name)
         for width in widths[name]:
             rel = f"artifacts/{bucket_name(name, width)}.pt2"
-            lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device, job.opt)
+            if job.backend == "tensorrt":
+                lower_bucket_tensorrt(model.graph, width, job.max_seq, w.path(rel))
+            else:
+                lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device, job.opt)
             buckets.append({"name": bucket_name(name, width), "model": name, "kind": "forward",
                             "width": width, "file": rel})
             step(f"lowered {name} W={width}")
     return buckets
 
 
-def lower_phases(w: BundleWriter, loaded: dict, job: CompileJob, step) -> list[dict]:
-    """The fused draft phase and greedy verify phase for the job's tree shape."""
-    draft = draft_phase_bucket(job.shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
+def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJob, step) -> list[dict]:
+    """The fused draft phase and greedy verify phase for the tree shape."""
+    draft = draft_phase_bucket(shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
     lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device, job.opt)
-    step(f"lowered the draft phase D={job.shape.depth} W={job.shape.width}")
-    verify = verify_phase_bucket(job.shape, loaded["verifier"].graph)
-    lower_verify_phase(verify.pop("module"), job.shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device,
+    step(f"lowered the draft phase D={shape.depth} W={shape.width}")
+    verify = verify_phase_bucket(shape, loaded["verifier"].graph)
+    lower_verify_phase(verify.pop("module"), shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device,
                        job.opt)
-    step(f"lowered the verify phase V={job.shape.verify}")
+    step(f"lowered the verify phase V={shape.verify}")
     return [draft, verify]
 
 
-def compiled_decoder(root: Path, loaded: dict, buckets: list[dict], job: CompileJob) -> SpeculativeDecoder:
+def compiled_models(root: Path, loaded: dict, buckets: list[dict], job: CompileJob) -> dict[str, CompiledModel]:
+    return {name: CompiledModel(m.graph, {b["width"]: root / b["file"] for b in buckets
+                                          if b["model"] == name and b["kind"] == "forward"}, job.opt, job.backend)
+            for name, m in loaded.items()}
+
+
+def compiled_decoder(root: Path, loaded: dict, buckets: list[dict], shape: TreeShape, job: CompileJob
+                     ) -> SpeculativeDecoder:
     """The decoder the runtime will build from these buckets (for profiling)."""
-    compiled = {name: CompiledModel(m.graph, {b["width"]: root / b["file"] for b in buckets
-                                              if b["model"] == name and b["kind"] == "forward"}, job.opt)
-                for name, m in loaded.items()}
+    compiled = compiled_models(root, loaded, buckets, job)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     vocab = loaded["verifier"].graph.cfg.vocab_size
-    draft_runner = load_bucket(root / draft["file"], DraftPhase(loaded["drafter"].graph, job.shape.depth,
-                                                               job.shape.width, vocab, job.max_seq), job.opt)
-    verify_runner = load_bucket(root / verify["file"], GreedyVerifyPhase(loaded["verifier"].graph, job.shape.depth,
-                                                                        job.shape.verify), job.opt)
-    return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, job.shape,
+    draft_runner = load_bucket(root / draft["file"], DraftPhase(loaded["drafter"].graph, shape.depth,
+                                                               shape.width, vocab, job.max_seq), job.opt)
+    verify_runner = load_bucket(root / verify["file"], GreedyVerifyPhase(loaded["verifier"].graph, shape.depth,
+                                                                        shape.verify), job.opt)
+    return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
                               draft_phase=draft_runner, verify_phase=verify_runner)
+
+
+def calibrated_shape(root: Path, loaded: dict, buckets: list[dict], job: CompileJob, step
+                     ) -> tuple[TreeShape, dict, dict]:
+    """Profile the forward buckets, decode the calibration text, rank shapes -> (shape, plan, calibration)."""
+    spec, layout = job.calib, loaded["verifier"].layout
+    if loaded["verifier"].tokenizer is None:
+        raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
+    compiled = compiled_models(root, loaded, buckets, job)
+    costs = StageCosts.from_profile({"models": profile_forward(compiled, lowered_widths(buckets), layout,
+                                                               job.profile_repeats)})
+    step("profiled the forward buckets")
+    samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded["verifier"].tokenizer,
+                                spec, step)
+    shape, plan = choose_shape(candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify), costs)
+    step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
+         f"(estimated {plan['objective']['speedup']:.2f}x)")
+    return shape, plan, record
 
 
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
-    widths = bucket_widths(job.shape)
+    widths = bucket_widths(job.shape, probe=job.calib is not None)
     n_steps = 5 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, phases, write
+    if job.calib:
+        n_steps += 4 + len(job.calib.widths)  # profile, calibrate per width, choose, the shape's own buckets
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     def step(msg: str) -> None:
@@ -113,18 +167,26 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
               "drafter": models.load(job.drafter_dir, job.dtype, job.max_seq, job.device)}
     step("loaded and checked the pair")
     with BundleWriter(job.out, overwrite=job.overwrite) as w:
+        for name, model in loaded.items():
+            w.copy_model_dir(model.path, name)
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
-        buckets += lower_phases(w, loaded, job, step)
-        decoder = compiled_decoder(w.root, loaded, buckets, job)
+        shape, plan = job.shape, {"source": "compile flags"}
+        if job.calib:
+            shape, plan, record = calibrated_shape(w.root, loaded, buckets, job, step)
+            w.write_json("calibration.json", record)
+            have = lowered_widths(buckets)
+            missing = {name: [x for x in ws if x not in have[name]] for name, ws in bucket_widths(shape).items()}
+            buckets += lower_forward_buckets(w, loaded, missing, job, step)
+        buckets += lower_phases(w, loaded, shape, job, step)
+        decoder = compiled_decoder(w.root, loaded, buckets, shape, job)
         models_compiled = {"verifier": decoder.verifier, "drafter": decoder.drafter}
-        profile = profile_models(models_compiled, widths, loaded["verifier"].layout, job.shape,
+        profile = profile_models(models_compiled, lowered_widths(buckets), loaded["verifier"].layout, shape,
                                  job.profile_repeats, step, decoder)
         w.write_json("profile.json", profile)
-        w.write_json("plan.json", {"depth": job.shape.depth, "width": job.shape.width,
-                                   "verify": job.shape.verify, "source": "compile flags"})
+        w.write_json("plan.json", {"depth": shape.depth, "width": shape.width, "verify": shape.verify, **plan})
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
                   "buckets": buckets,
-                  "extra": {"opt": job.opt, "compile_s": round(time.perf_counter() - t_start, 1)}})
+                  "extra": {"opt": job.opt, "backend": job.backend, "compile_s": round(time.perf_counter() - t_start, 1)}})
         step("wrote the bundle")
     bar.close()
     log(f"yggc: wrote {job.out} in {time.perf_counter() - t_start:.1f} s")

@@ -13,7 +13,7 @@ from ..device import cuda_properties
 from ..models import model_device
 from ..prune import prune_topk
 from ..speculative import SpeculativeDecoder, TreeShape, tree_mask
-from ..timing import median_ms
+from ..timing import median_ms, steady_ms
 from ..token_tree import TokenTree
 from ..verification import verify_greedy
 
@@ -32,7 +32,7 @@ def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repe
         if device.type == "cuda":
             torch.cuda.synchronize()  # time the kernels, not their launch
 
-    return median_ms(run, repeats)
+    return steady_ms(run, repeats)
 
 
 def host_stage_ms(shape: TreeShape, vocab: int, repeats: int) -> dict[str, float]:
@@ -59,22 +59,33 @@ def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) ->
     """One draft phase and one greedy verify phase as the decode loop calls them (host glue included)."""
     with torch.inference_mode():
         draft = decoder.draft_tree([0], context)
-        return {"draft": median_ms(lambda: decoder.draft_tree([0], context), repeats),
-                "verify": median_ms(lambda: decoder.verify_greedy(draft, context), repeats)}
+        return {"draft": steady_ms(lambda: decoder.draft_tree([0], context), repeats),
+                "verify": steady_ms(lambda: decoder.verify_greedy(draft, context), repeats)}
+
+
+def profile_context(layout: CacheLayout) -> int:
+    return min(256, layout.max_seq // 2)
+
+
+def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLayout, repeats: int = 20,
+                    progress=None) -> dict[str, dict]:
+    """Per model: measured ms of every bucket width and the roofline curve fitted to them."""
+    out = {}
+    for name, model in models.items():
+        points = {}
+        for w in widths[name]:
+            points[w] = bucket_latency_ms(model, w, layout, profile_context(layout), repeats)
+            if progress:
+                progress(f"profile {name} W={w}: {points[w]:.3f} ms")
+        out[name] = {"bucket_ms": {str(w): t for w, t in points.items()}, "cost_curve": fit_roofline(points).to_dict()}
+    return out
 
 
 def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
                    repeats: int = 20, progress=None, decoder: SpeculativeDecoder | None = None) -> dict:
-    context = min(256, layout.max_seq // 2)
-    out = {"schema": PROFILE_SCHEMA, "context": context, "models": {}}
-    for name, model in models.items():
-        points = {}
-        for w in widths[name]:
-            points[w] = bucket_latency_ms(model, w, layout, context, repeats)
-            if progress:
-                progress(f"profile {name} W={w}: {points[w]:.3f} ms")
-        out["models"][name] = {"bucket_ms": {str(w): t for w, t in points.items()},
-                               "cost_curve": fit_roofline(points).to_dict()}
+    context = profile_context(layout)
+    out = {"schema": PROFILE_SCHEMA, "context": context,
+           "models": profile_forward(models, widths, layout, repeats, progress)}
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats)
     if decoder is not None:
         out["phase_ms"] = phase_latency_ms(decoder, context, repeats)

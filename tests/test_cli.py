@@ -112,3 +112,13 @@ def test_bad_flag_value_exits_2():
 @pytest.mark.parametrize("flag", [["--temp", "-1"], ["--top-p", "0"]])
 def test_bad_sampling_values(capsys, checkpoint, flag):
     expect_error(capsys, ["run", "-m", str(checkpoint("llama_gqa")), "--prompt-ids", "1", *flag], flag[0][2:].replace("temp", "temperature"))
+
+
+def test_bad_calibration_input_fails_before_compiling(capsys, tmp_path):
+    text = tmp_path / "calib.txt"
+    text.write_text("def f(x):\n    return x\n")
+    out = tmp_path / "b"
+    expect_error(capsys, ["compile", "-o", str(out), "--calib", str(tmp_path / "nope.txt")], "does not exist")
+    expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--depth", "2", "--width", "2",
+                          "--verify", "5"], "--verify must be in 1..depth*width = 4")
+    assert not out.exists() and not list(tmp_path.glob(".b.partial-*"))

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from checkpoints import write_checkpoint
-from yggc.passes.pipeline import CompileJob, compile_bundle
+from checkpoints import TEXT, write_checkpoint
+from yggc.passes.calibrate import CalibrationSpec
+from yggc.passes.pipeline import PROBE_WIDTHS, CompileJob, compile_bundle
 
 from yggc.autoregressive import AutoregressiveDecoder
 from yggc.cli import main
@@ -31,8 +32,14 @@ def pair_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bundle(pair_dirs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("b") / "bundle"
-    compile_bundle(CompileJob(*pair_dirs, out, SHAPE, max_seq=128, profile_repeats=3), log=lambda m: None)
+    """Compiled through the calibrate and choose-shape passes; the pinned depth and verify width leave
+    SHAPE as the only candidate, so the tests below know the plan."""
+    root = tmp_path_factory.mktemp("b")
+    (root / "calib.txt").write_text("".join(TEXT) * 3)
+    calib = CalibrationSpec((root / "calib.txt",), n_prompts=2, prompt_tokens=16, new_tokens=24,
+                            max_depth=SHAPE.depth, widths=(1, 2), pin_depth=SHAPE.depth, pin_verify=SHAPE.verify)
+    out = root / "bundle"
+    compile_bundle(CompileJob(*pair_dirs, out, None, max_seq=128, profile_repeats=3, calib=calib), log=lambda m: None)
     return out
 
 
@@ -45,7 +52,7 @@ def test_compiled_decoding_is_lossless(bundle):
     import yggc
 
     rt = yggc.Runtime.load(bundle)
-    assert set(rt.compiled["verifier"].runners) == {1, 32, SHAPE.verify + 1}
+    assert set(rt.compiled["verifier"].runners) == {1, 32, SHAPE.verify + 1, *PROBE_WIDTHS["verifier"]}
     assert set(rt.draft_runners) == {(SHAPE.depth, SHAPE.width)}  # the fused phases are used
     assert set(rt.verify_runners) == {(SHAPE.depth, SHAPE.width, SHAPE.verify)}
     for seed in range(3):
@@ -56,6 +63,19 @@ def test_compiled_decoding_is_lossless(bundle):
         for shape in (TreeShape(4, 1, 4), TreeShape(2, 2, 4)):  # compiled drafter widths, other verify widths
             assert rt.generate(prompt, 48, decoder=rt.decoder(shape=shape)).tokens == ref
     assert rt.last_stats.n_iterations > 0
+
+
+def test_plan_and_calibration_are_recorded(bundle):
+    plan = json.loads((bundle / "plan.json").read_text())
+    calib = json.loads((bundle / "calibration.json").read_text())
+    assert (plan["depth"], plan["width"], plan["verify"], plan["source"]) == (3, 2, 5, "calibration")
+    assert [(c["depth"], c["width"], c["verify"]) for c in plan["candidates"]] == [(3, 2, 5)]
+    best = plan["objective"]
+    assert 1.0 <= best["tokens_per_iter"] <= 1 + SHAPE.depth and best["speedup"] > 0
+    assert best["ms_per_token"] == pytest.approx(best["iteration_ms"] / best["tokens_per_iter"], rel=1e-3)
+    assert calib["files"][0]["name"] == "calib.txt" and calib["n_prompts"] == 2
+    assert set(calib["n_trees"]) == {"1", "2"} and min(calib["n_trees"].values()) > 0
+    assert all(0.0 <= p <= 1.0 for rates in calib["acceptance_by_depth"].values() for p in rates)
 
 
 def test_compiled_logits_match_eager(bundle):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -102,6 +104,31 @@ def host_share(rt: Runtime, prompt: list[int], iterations: int = 60) -> str:
             f"({1000 * host / iterations:.3f} ms of {1000 * total / iterations:.3f} ms)")
 
 
+FIRST_TOKEN = """
+import json, sys, time
+t0 = time.perf_counter()
+import torch, yggc
+t1 = time.perf_counter()
+rt = yggc.Runtime.load(sys.argv[1])
+t2 = time.perf_counter()
+next(iter(rt.stream_tokens(sys.argv[2], 16)))
+t3 = time.perf_counter()
+print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_token": t3 - t2}))
+"""
+
+
+def load_to_first_token(bundle: str, prompt: str, runs: int = 3) -> str:
+    """Fresh processes: Runtime.load, then the first streamed token (import torch reported apart)."""
+    times = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", FIRST_TOKEN, bundle, prompt], capture_output=True, text=True,
+                             check=True)
+        times.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    med = {k: statistics.median(t[k] for t in times) for k in times[0]}
+    return (f"Runtime.load to first token, median of {runs} fresh processes: {med['load'] + med['first_token']:.2f} s "
+            f"(load {med['load']:.2f} s + first token {med['first_token']:.2f} s; import torch+yggc {med['import']:.2f} s)")
+
+
 def add_workload_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("-n", type=int, default=128)
@@ -126,6 +153,7 @@ def main() -> None:
     print("\n".join(bucket_table(rt)), end="\n\n")
     print("\n".join(decode_table(rt, prompts, args.n, args.repeats)), end="\n\n")
     print(host_share(rt, prompts[0]))
+    print(load_to_first_token(args.bundle, heldout_texts(1)[0]))
 
 
 if __name__ == "__main__":

@@ -107,12 +107,11 @@ def make_config(args: argparse.Namespace):
 
 
 def warn_if_busy(threads: int) -> None:
-    import os
+    from .timing import busy_warning
 
-    load, cores = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0, os.cpu_count() or 1
-    if threads > 1 and load + threads > cores + 0.5:
-        print(f"yggc bench: warning: load average {load:.1f} on {cores} cores and {threads} torch threads; "
-              "timings will be noisy or much slower (try --threads 1)", file=sys.stderr)
+    warning = busy_warning(threads)
+    if warning:
+        print(f"yggc bench: warning: {warning} (try --threads 1)", file=sys.stderr)
 
 
 def bench_command(args: argparse.Namespace) -> int:

@@ -65,12 +65,21 @@ def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGra
     return graphed
 
 
+def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor"):
+    if backend == "tensorrt":
+        from .tensorrt_buckets import load_tensorrt_bucket  # imports torch_tensorrt: only when asked for
+
+        return load_tensorrt_bucket(path, graph)
+    return load_bucket(path, graph, opt)
+
+
 class CompiledModel:
     """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise)."""
 
-    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1"):
+    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
+                 backend: str = "inductor"):
         self.graph, self.cfg = graph, graph.cfg
-        self.runners = {w: load_bucket(p, graph, opt) for w, p in sorted(packages.items())}
+        self.runners = {w: load_forward_bucket(p, graph, opt, backend) for w, p in sorted(packages.items())}
         if next(graph.parameters()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
             max_seq = graph.n_slots - 1
             self.runners = {w: capture_cuda_graphs(r, w, max_seq, max_seq) for w, r in self.runners.items()}

@@ -22,17 +22,56 @@ def compile_command(args: argparse.Namespace) -> int:
     from .passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
 
     signal.signal(signal.SIGTERM, _interrupt)
+    if args.backend == "tensorrt" and args.device != "cuda":
+        raise YggcError("--backend tensorrt builds TensorRT engines for NVIDIA GPUs; add --device cuda "
+                        "or use --backend inductor")
     resolve_device(args.device)  # before anything slow
+    if args.backend == "tensorrt":
+        from .tensorrt_buckets import require_tensorrt
+
+        require_tensorrt()
     verifier_dir, drafter_dir = args.model, args.model_draft
     if verifier_dir is None and drafter_dir is None:
         verifier_dir, drafter_dir = models.demo_pair_dirs()
+        if not args.calib and not (args.depth or args.width or args.verify):
+            args.calib = [str(models.DEMO_CALIB)]  # the demo pair brings its own calibration text
     if verifier_dir is None or drafter_dir is None:
         raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
-    job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output), tree_shape(args),
-                     models.parse_dtype(args.dtype), models.context_length(verifier_dir, args.max_seq),
-                     args.device, args.overwrite, opt=args.opt)
+    calib = calibration_spec(args)
+    job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
+                     None if calib else tree_shape(args), models.parse_dtype(args.dtype),
+                     models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite, opt=args.opt,
+                     calib=calib, backend=args.backend)
+    import torch
+
+    from .timing import busy_warning
+
+    warning = busy_warning(torch.get_num_threads())
+    if warning:
+        print(f"yggc compile: warning: {warning}; the profile, and the tree shape chosen from it, may be off",
+              file=sys.stderr)
     compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
     return 0
+
+
+def calibration_spec(args: argparse.Namespace):
+    """--calib and the tree flags given with it -> the search the calibrate and choose-shape passes run."""
+    from .passes.calibrate import CalibrationSpec, read_calibration_text
+
+    if not args.calib:
+        return None
+    files = tuple(Path(f) for f in args.calib)
+    read_calibration_text(files)  # a bad file fails here, before anything slow
+    if args.depth == 0 or args.width == 0:
+        raise YggcError("--depth and --width must be >= 1")
+    default = CalibrationSpec(files)
+    spec = CalibrationSpec(files, args.calib_prompts, default.prompt_tokens, args.calib_tokens,
+                           max_depth=args.depth or default.max_depth,
+                           widths=(args.width,) if args.width else default.widths,
+                           pin_depth=args.depth, pin_verify=args.verify)
+    if args.verify is not None and not 1 <= args.verify <= spec.max_depth * max(spec.widths):
+        raise YggcError(f"--verify must be in 1..depth*width = {spec.max_depth * max(spec.widths)}, got {args.verify}")
+    return spec
 
 
 def read_bundle_json(root: Path, name: str) -> dict:
@@ -65,6 +104,18 @@ def print_profile(profile: dict) -> None:
         print(f"  host {stage}: {ms:.4f} ms")
 
 
+def print_plan(plan: dict) -> None:
+    print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')} "
+          f"({plan.get('source', 'unknown source')})")
+    best = plan.get("objective")
+    if best:
+        print(f"  objective: {best['tokens_per_iter']:.2f} tokens/iteration, {best['iteration_ms']:.3f} ms/iteration, "
+              f"estimated {best['speedup']:.2f}x over the verifier alone")
+        for c in plan.get("candidates", [])[1:5]:
+            print(f"    next: D={c['depth']} W={c['width']} V={c['verify']}: {c['tokens_per_iter']:.2f} tokens/iteration, "
+                  f"estimated {c['speedup']:.2f}x")
+
+
 def inspect_command(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.bundle)
     root = Path(args.bundle)
@@ -76,10 +127,13 @@ def inspect_command(args: argparse.Namespace) -> int:
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
     print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.extra.get('opt', 'O1')}, max_seq {m.max_seq}, "
           f"created {m.created}")
-    print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')}")
+    print_plan(plan)
     print("  buckets:")
+    bucket_ms = {name: m.get("bucket_ms", {}) for name, m in profile.get("models", {}).items()}
+    phase_ms = profile.get("phase_ms", {})
     for b in m.buckets:
-        ms = profile.get("models", {}).get(b["model"], {}).get("bucket_ms", {}).get(str(b["width"]))
-        print(f"    {b['name']:<16} width {b['width']:>4}  {ms:.3f} ms" if ms is not None else f"    {b['name']}")
+        ms = (bucket_ms.get(b["model"], {}).get(str(b["width"])) if b["kind"] == "forward"
+              else phase_ms.get(b["kind"].split("_")[0]))
+        print(f"    {b['name']:<20} {b['kind']:<13} {ms:9.3f} ms" if ms is not None else f"    {b['name']}")
     print_profile(profile)
     return 0

@@ -10,6 +10,7 @@ from .cli_types import token_ids, whole_number
 from .errors import USER_ERRORS
 
 NON_NEGATIVE = whole_number(0)
+POSITIVE = whole_number(1)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -34,11 +35,13 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
 
 
-def add_tree_args(p: argparse.ArgumentParser, default_depth: int | None) -> None:
-    p.add_argument("--depth", type=NON_NEGATIVE, default=default_depth,
-                   help="draft depth D (drafter calls per iteration; default 4, or the bundle's plan)")
+def add_tree_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--depth", type=NON_NEGATIVE, default=None,
+                   help="draft depth D (drafter calls per iteration; default 4, the bundle's plan, or chosen by "
+                        "--calib)")
     p.add_argument("--width", type=NON_NEGATIVE, default=None,
-                   help="draft width W (new nodes per draft step; 1 = chain; default 2, or the bundle's plan)")
+                   help="draft width W (new nodes per draft step; 1 = chain; default 2, the bundle's plan, or "
+                        "chosen by --calib)")
     p.add_argument("--verify", type=NON_NEGATIVE, default=None, help="verify nodes V (default D*W)")
     p.add_argument("--chain-rule", choices=["block", "token"], default="block",
                    help="verification rule for chains (W=1) when sampling (default block)")
@@ -58,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("bundle", nargs="?", help="a bundle written by `yggc compile` (optional)")
     add_model_args(run)
     add_decode_args(run)
-    add_tree_args(run, default_depth=None)
+    add_tree_args(run)
     run.add_argument("--no-spec", action="store_true", help="with BUNDLE: decode autoregressively (baseline)")
 
     comp = sub.add_parser(
@@ -66,11 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Lower drafter and verifier into fixed-width AOTInductor buckets, profile every bucket "
                     "and host stage, and write a self-contained bundle (atomically).")
     add_model_args(comp)
-    add_tree_args(comp, default_depth=4)
+    add_tree_args(comp)
+    comp.add_argument("--calib", nargs="+", metavar="FILE",
+                      help="calibration text files: decode them to measure acceptance and let the latency "
+                           "objective choose --depth/--width/--verify (flags given too stay fixed)")
+    comp.add_argument("--calib-prompts", type=POSITIVE, default=8,
+                      help="windows of the calibration text decoded per candidate width (default 8)")
+    comp.add_argument("--calib-tokens", type=POSITIVE, default=64,
+                      help="greedy tokens decoded after each calibration window (default 64)")
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
     comp.add_argument("--opt", default="O1", choices=["O1", "O2"],
                       help="O1 (default): weights shared by all buckets. O2: weights frozen into each bucket with "
                            "max-autotune GEMMs: faster small steps, bigger bundle, much longer compile")
+    comp.add_argument("--backend", default="inductor", choices=["inductor", "tensorrt"],
+                      help="forward-bucket compiler: inductor (default; CPU and CUDA) or tensorrt (CUDA only, "
+                           "needs `pip install 'yggc[tensorrt]'`)")
     comp.add_argument("-o", "--output", required=True, help="bundle directory to write")
     comp.add_argument("--overwrite", action="store_true", help="replace an existing bundle at -o")
 

@@ -13,6 +13,7 @@ from .graphs import LlamaGraph, check_pair, load_config, load_model, load_tokeni
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 DEMO_PAIR = Path(__file__).parent / "demo_pair"
+DEMO_CALIB = DEMO_PAIR / "calib.txt"  # in-domain text (stdlib sources the demo pair was not tested on)
 DEFAULT_MAX_SEQ = 2048
 
 

@@ -18,11 +18,10 @@ def _topo(ids: torch.Tensor, depth: torch.Tensor, n: int) -> torch.Tensor:
     return ids[torch.argsort(depth[ids] * n + ids)]
 
 
-def prune_topk(tree: TokenTree, V: int) -> torch.Tensor:
-    """Root + the V nodes with the highest cum_logp -> ids [V+1]; optimal whenever values fall along paths."""
+def rank_nodes(tree: TokenTree) -> torch.Tensor:
+    """Non-root node ids [n_nodes-1], best first: a node never ranks after its own child, so every
+    prefix of the ranking is a rooted subtree (what `prune_topk` keeps for any V)."""
     n = tree.n_nodes
-    if not 0 <= V <= n - 1:
-        raise ValueError(f"cannot keep V={V} nodes of a tree with {n - 1} non-root nodes")
     parents, depth = tree.parents[:n], tree.depth[:n]
     # key = min cum_logp over the path, so a child never outranks its parent even if rounding made logp > 0
     key = tree.cum_logp[:n].clone()
@@ -32,8 +31,16 @@ def prune_topk(tree: TokenTree, V: int) -> torch.Tensor:
     # rank by key desc, then depth asc (a parent tied with its child wins), then id asc
     order = torch.argsort(depth[1:], stable=True)
     order = order[torch.argsort(-key[1:][order], stable=True)]
-    kept = ids[order[:V]]
-    return torch.cat([ids.new_zeros(1), _topo(kept, depth, n)])
+    return ids[order]
+
+
+def prune_topk(tree: TokenTree, V: int) -> torch.Tensor:
+    """Root + the V nodes with the highest cum_logp -> ids [V+1]; optimal whenever values fall along paths."""
+    n = tree.n_nodes
+    if not 0 <= V <= n - 1:
+        raise ValueError(f"cannot keep V={V} nodes of a tree with {n - 1} non-root nodes")
+    kept = rank_nodes(tree)[:V]
+    return torch.cat([kept.new_zeros(1), _topo(kept, tree.depth[:n], n)])
 
 
 def prune_dp(parents: torch.Tensor, values: torch.Tensor, V: int) -> torch.Tensor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,17 @@ from .sampling import SamplingParams
 from .speculative import SpeculativeDecoder, TreeShape
 from .stats import DecodeStats
 from .verify_phase import GreedyVerifyPhase
+
+
+@contextmanager
+def trusted_cpu_isa():
+    """Inductor's package loader probes the CPU's vector ISA by compiling and dlopen-ing test programs
+    (1.3 s before the first token). validate_bundle has already matched the ISA the buckets were
+    compiled for against this machine's, so the loader may take the ISA as working."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch({"cpp.vec_isa_ok": True}):
+        yield
 
 
 @dataclass
@@ -49,11 +61,16 @@ class Runtime:
         dtype = models.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
         loaded = {name: models.load(path / name, dtype, manifest.max_seq, device) for name in ("verifier", "drafter")}
-        compiled, opt = {}, manifest.extra.get("opt", "O1")
+        with trusted_cpu_isa():
+            return cls._load_buckets(path, manifest, loaded)
+
+    @classmethod
+    def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, models.LoadedModel]) -> Runtime:
+        compiled, opt, backend = {}, manifest.extra.get("opt", "O1"), manifest.extra.get("backend", "inductor")
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in manifest.buckets
                      if b["model"] == name and b["kind"] == "forward"}
-            compiled[name] = CompiledModel(model.graph, files, opt)
+            compiled[name] = CompiledModel(model.graph, files, opt, backend)
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape)

@@ -15,3 +15,20 @@ def median_ms(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> f
         fn()
         samples.append(1000 * (time.perf_counter() - t0))
     return statistics.median(samples)
+
+
+def steady_ms(fn: Callable[[], object], repeats: int = 20, rounds: int = 3) -> float:
+    """The lowest of `rounds` medians: a burst of load from another process spoils one round, not all."""
+    per_round = max(3, repeats // rounds)
+    return min(median_ms(fn, per_round, warmup=3 if r == 0 else 1) for r in range(rounds))
+
+
+def busy_warning(threads: int) -> str | None:
+    """A warning when other processes leave fewer free cores than the torch threads need."""
+    import os
+
+    load, cores = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0, os.cpu_count() or 1
+    if threads > 1 and load + threads > cores + 1.0:
+        return (f"load average {load:.1f} on {cores} cores and {threads} torch threads; timings will be noisy "
+                "or much slower")
+    return None

@@ -1,0 +1,114 @@
+"""Calibrate pass: greedy decoding on the user's calibration text, recording every draft tree.
+
+For each candidate width W the pair decodes a few windows of the calibration text with the largest
+tree of that width (depth D_max, every node verified) through the already-lowered forward buckets.
+Each iteration's tree is kept with the verifier's continuation after its root, which prices every
+(D <= D_max, W, V) shape at once (yggc/calibration.py).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cache_layout import CacheLayout
+from ..calibration import TreeSample, acceptance_rates, as_tree_sample
+from ..errors import YggcError
+from ..sampling import SamplingParams
+from ..speculative import Draft, SpeculativeDecoder, TreeShape
+
+MIN_PROMPT_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    files: tuple[Path, ...]
+    n_prompts: int = 8       # windows of the calibration text decoded per width
+    prompt_tokens: int = 64  # tokens per window
+    new_tokens: int = 64     # greedy tokens decoded after each window
+    max_depth: int = 8       # D_max: deepest tree priced
+    widths: tuple[int, ...] = (1, 2, 4)
+    pin_depth: int | None = None   # --depth given with --calib: only this depth competes
+    pin_verify: int | None = None  # --verify given with --calib: only this verify width competes
+
+
+def read_calibration_text(files: tuple[Path, ...]) -> list[tuple[Path, str]]:
+    """Each file as UTF-8 text, with one clear error for a missing, unreadable or empty file."""
+    texts = []
+    for path in files:
+        if not path.is_file():
+            raise YggcError(f"calibration file {path} does not exist; pass text files to --calib")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise YggcError(f"calibration file {path} is not UTF-8 text; pass plain text files to --calib") from None
+        if not text.strip():
+            raise YggcError(f"calibration file {path} is empty; pass text the model will see to --calib")
+        texts.append((path, text))
+    return texts
+
+
+def calibration_prompts(texts: list[str], tokenizer, n_prompts: int, prompt_tokens: int) -> list[list[int]]:
+    """Up to n_prompts windows of prompt_tokens, spread evenly over the concatenated calibration text."""
+    ids = [t for text in texts for t in tokenizer.encode(text).ids]
+    if len(ids) < MIN_PROMPT_TOKENS:
+        raise YggcError(f"the calibration text is only {len(ids)} tokens; give --calib at least "
+                        f"{MIN_PROMPT_TOKENS} (a few paragraphs of typical prompts)")
+    size = min(prompt_tokens, len(ids))
+    span = len(ids) - size
+    count = max(1, min(n_prompts, span // max(1, size // 2) + 1))  # windows overlap by at most half
+    starts = sorted({round(i * span / max(1, count - 1)) for i in range(count)}) if count > 1 else [0]
+    return [ids[s:s + size] for s in starts]
+
+
+class RecordingDecoder(SpeculativeDecoder):
+    """A greedy tree decoder that keeps (root slot, draft tree) of every iteration."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.drafts: list[tuple[int, Draft]] = []
+
+    def draft_tree(self, pending: list[int], n: int) -> Draft:
+        draft = super().draft_tree(pending, n)
+        self.drafts.append((n, draft))
+        return draft
+
+
+def record_width(verifier, drafter, layout: CacheLayout, prompts: list[list[int]], width: int,
+                 spec: CalibrationSpec) -> list[TreeSample]:
+    """Greedy decoding of every prompt with the D_max x W tree; one sample per iteration with a full
+    continuation (the last iterations of a prompt see fewer than D_max tokens ahead and are dropped)."""
+    shape = TreeShape(spec.max_depth, width, spec.max_depth * width)
+    samples = []
+    for prompt in prompts:
+        dec = RecordingDecoder(verifier, drafter, layout, shape)
+        seq = list(prompt) + [t for chunk in dec.stream(prompt, spec.new_tokens, SamplingParams()) for t in chunk]
+        for n, draft in dec.drafts:
+            continuation = seq[n + 1: n + 1 + spec.max_depth]
+            if len(continuation) == spec.max_depth:
+                t = draft.tree
+                samples.append(as_tree_sample(t.tokens, t.parents, t.depth, t.cum_logp, width, continuation))
+    return samples
+
+
+def calibrate(verifier, drafter, layout: CacheLayout, tokenizer, spec: CalibrationSpec,
+              progress=None) -> tuple[list[TreeSample], dict]:
+    """-> tree samples for every width, and the record written to calibration.json."""
+    texts = read_calibration_text(spec.files)
+    prompts = calibration_prompts([t for _, t in texts], tokenizer, spec.n_prompts, spec.prompt_tokens)
+    samples = []
+    for width in spec.widths:
+        got = record_width(verifier, drafter, layout, prompts, width, spec)
+        if not got:
+            raise YggcError(f"calibration decoding produced no full tree at width {width}; the model stops too "
+                            f"early (EOS) or --max-seq is too small for {spec.prompt_tokens}+{spec.new_tokens} tokens")
+        samples += got
+        if progress:
+            progress(f"calibrated W={width}: {len(got)} trees")
+    record = {"files": [{"name": p.name, "sha256": hashlib.sha256(t.encode()).hexdigest()} for p, t in texts],
+              "n_prompts": len(prompts), "prompt_tokens": [len(p) for p in prompts],
+              "new_tokens": spec.new_tokens, "max_depth": spec.max_depth, "widths": list(spec.widths),
+              "n_trees": {str(w): sum(s.width == w for s in samples) for w in spec.widths},
+              "acceptance_by_depth": {str(w): [round(p, 4) for p in acceptance_rates([s for s in samples if s.width == w])]
+                                      for w in spec.widths}}
+    return samples, record

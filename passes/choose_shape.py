@@ -1,0 +1,36 @@
+"""Choose-shape pass: the Equal-Growth Tree (D, W, V) the objective ranks first.
+
+Tokens per iteration come from the calibration trees, latencies from the profiled cost curves of
+the forward buckets (yggc/objective.py); the plan keeps the best few candidates for `yggc inspect`.
+"""
+from __future__ import annotations
+
+from ..calibration import TreeSample, tokens_per_iteration
+from ..errors import YggcError
+from ..objective import ShapeScore, StageCosts, rank_shapes
+from ..speculative import TreeShape
+
+PLAN_CANDIDATES = 10
+
+
+def candidate_shapes(samples: list[TreeSample], max_depth: int, depth: int | None = None,
+                     verify: int | None = None) -> dict[TreeShape, float]:
+    """Tokens per iteration of every shape the calibration prices, less those a pinned flag rules out."""
+    table = tokens_per_iteration(samples, max_depth)
+    kept = {s: t for s, t in table.items()
+            if (depth is None or s.depth == depth) and (verify is None or s.verify == verify)}
+    if not kept:
+        raise YggcError(f"no tree shape has depth {depth} and verify {verify} among the calibrated widths; "
+                        "--verify must be at most --depth x --width")
+    return kept
+
+
+def choose_shape(candidates: dict[TreeShape, float], costs: StageCosts) -> tuple[TreeShape, dict]:
+    """-> the best shape and the plan.json record that explains the choice."""
+    ranking: list[ShapeScore] = rank_shapes(candidates, costs)
+    best = ranking[0]
+    plan = {"depth": best.shape.depth, "width": best.shape.width, "verify": best.shape.verify,
+            "source": "calibration", "objective": best.to_dict(),
+            "cost_ms": {"verifier_w1": round(costs.verifier(1), 4)},
+            "candidates": [c.to_dict() for c in ranking[:PLAN_CANDIDATES]]}
+    return best.shape, plan
