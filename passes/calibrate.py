@@ -23,7 +23,7 @@ MIN_PROMPT_TOKENS = 4
 @dataclass(frozen=True)
 class CalibrationSpec:
     files: tuple[Path, ...]
-    n_prompts: int = 8       # windows of the calibration text decoded per width
+    n_prompts: int = 16      # windows of the calibration text decoded per width
     prompt_tokens: int = 64  # tokens per window
     new_tokens: int = 64     # greedy tokens decoded after each window
     max_depth: int = 8       # D_max: deepest tree priced

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import __version__
@@ -67,14 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp = sub.add_parser(
         "compile", help="compile a drafter/verifier pair into a graph bundle",
         description="Lower drafter and verifier into fixed-width AOTInductor buckets, profile every bucket "
-                    "and host stage, and write a self-contained bundle (atomically).")
+                    "and host stage, choose the tree shape (D, W, V) by the latency objective from calibration "
+                    "text (--calib; the demo pair brings its own) or take it from the flags, and write a "
+                    "self-contained bundle (atomically).")
     add_model_args(comp)
     add_tree_args(comp)
     comp.add_argument("--calib", nargs="+", metavar="FILE",
                       help="calibration text files: decode them to measure acceptance and let the latency "
                            "objective choose --depth/--width/--verify (flags given too stay fixed)")
-    comp.add_argument("--calib-prompts", type=POSITIVE, default=8,
-                      help="windows of the calibration text decoded per candidate width (default 8)")
+    comp.add_argument("--calib-prompts", type=POSITIVE, default=16,
+                      help="windows of the calibration text decoded per candidate width (default 16)")
     comp.add_argument("--calib-tokens", type=POSITIVE, default=64,
                       help="greedy tokens decoded after each calibration window (default 64)")
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
@@ -120,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("yggc: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`yggc inspect B | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 
