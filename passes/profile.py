@@ -35,8 +35,9 @@ def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repe
     return steady_ms(run, repeats)
 
 
-def host_stage_ms(shape: TreeShape, vocab: int, repeats: int) -> dict[str, float]:
-    """Host work per iteration outside the model calls, on a random tree of the compiled shape."""
+def host_stage_ms(shape: TreeShape, vocab: int, repeats: int, verifier=None) -> dict[str, float]:
+    """Host work per iteration outside the model calls, on a random tree of the compiled shape (the
+    sampling path runs these; greedy does them inside the compiled verify phase)."""
     g = torch.Generator().manual_seed(0)
     n = shape.n_nodes
     tree = TokenTree.from_root(0, n)
@@ -48,11 +49,16 @@ def host_stage_ms(shape: TreeShape, vocab: int, repeats: int) -> dict[str, float
     kept = prune_topk(tree, shape.verify)
     sub = tree.subtree(kept)
     logits = torch.randn(shape.verify + 1, vocab, generator=g)
-    return {
+    out = {
         "prune": median_ms(lambda: prune_topk(tree, shape.verify), repeats),
         "tree_mask": median_ms(lambda: tree_mask(64, sub.ancestor_mask(), 128), repeats),
         "accept_greedy": median_ms(lambda: verify_greedy(sub.tokens, sub.parents, logits), repeats),
     }
+    if verifier is not None:  # moving an accepted path of D tokens' K/V behind the root, every layer
+        device = model_device(verifier)
+        src = torch.arange(64, 64 + shape.depth, device=device)
+        out["compact_kv"] = median_ms(lambda: verifier.move_kv(src + 1, src), repeats)
+    return out
 
 
 def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, float]:
@@ -86,7 +92,7 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
     context = profile_context(layout)
     out = {"schema": PROFILE_SCHEMA, "context": context,
            "models": profile_forward(models, widths, layout, repeats, progress)}
-    out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats)
+    out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
     if decoder is not None:
         out["phase_ms"] = phase_latency_ms(decoder, context, repeats)
     if model_device(models["verifier"]).type == "cuda":

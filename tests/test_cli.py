@@ -122,3 +122,14 @@ def test_bad_calibration_input_fails_before_compiling(capsys, tmp_path):
     expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--depth", "2", "--width", "2",
                           "--verify", "5"], "--verify must be in 1..depth*width = 4")
     assert not out.exists() and not list(tmp_path.glob(".b.partial-*"))
+
+
+def test_demo_compile_calibrates_unless_a_shape_is_given():
+    from yggc.bundle_commands import compile_pair
+    from yggc.cli import build_parser
+    from yggc.models import DEMO_CALIB, demo_pair_dirs
+
+    args = build_parser().parse_args(["compile", "-o", "b"])
+    assert compile_pair(args) == demo_pair_dirs() and args.calib == [str(DEMO_CALIB)] and DEMO_CALIB.is_file()
+    args = build_parser().parse_args(["compile", "-o", "b", "--depth", "3"])
+    assert compile_pair(args) == demo_pair_dirs() and args.calib is None

@@ -161,6 +161,8 @@ def test_profile_follows_schema(bundle):
         widths = {int(w) for w in entry["bucket_ms"]}
         assert widths == {b["width"] for b in json.loads((bundle / "manifest.json").read_text())["buckets"]
                           if b["model"] == name and b["kind"] == "forward"}
+    assert set(profile["host_ms"]) == {"prune", "tree_mask", "accept_greedy", "compact_kv"}
+    assert set(profile["phase_ms"]) == {"draft", "verify"}
 
 
 def test_profile_command_plots(bundle, tmp_path, capsys):

@@ -6,12 +6,16 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import models
 from .bundle import load_manifest
 from .device import resolve_device
 from .errors import YggcError
 from .run_command import tree_shape
+
+if TYPE_CHECKING:
+    from .passes.calibrate import CalibrationSpec
 
 
 def _interrupt(signum, frame):
@@ -22,26 +26,42 @@ def compile_command(args: argparse.Namespace) -> int:
     from .passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
 
     signal.signal(signal.SIGTERM, _interrupt)
-    if args.backend == "tensorrt" and args.device != "cuda":
-        raise YggcError("--backend tensorrt builds TensorRT engines for NVIDIA GPUs; add --device cuda "
-                        "or use --backend inductor")
-    resolve_device(args.device)  # before anything slow
-    if args.backend == "tensorrt":
-        from .tensorrt_buckets import require_tensorrt
-
-        require_tensorrt()
-    verifier_dir, drafter_dir = args.model, args.model_draft
-    if verifier_dir is None and drafter_dir is None:
-        verifier_dir, drafter_dir = models.demo_pair_dirs()
-        if not args.calib and not (args.depth or args.width or args.verify):
-            args.calib = [str(models.DEMO_CALIB)]  # the demo pair brings its own calibration text
-    if verifier_dir is None or drafter_dir is None:
-        raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
+    check_target(args)  # before anything slow
+    verifier_dir, drafter_dir = compile_pair(args)
     calib = calibration_spec(args)
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
                      None if calib else tree_shape(args), models.parse_dtype(args.dtype),
                      models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite, opt=args.opt,
                      calib=calib, backend=args.backend)
+    warn_if_busy()
+    compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
+    return 0
+
+
+def check_target(args: argparse.Namespace) -> None:
+    """The device exists and the backend can build for it."""
+    if args.backend == "tensorrt" and args.device != "cuda":
+        raise YggcError("--backend tensorrt builds TensorRT engines for NVIDIA GPUs; add --device cuda "
+                        "or use --backend inductor")
+    resolve_device(args.device)
+    if args.backend == "tensorrt":
+        from .tensorrt_buckets import require_tensorrt
+
+        require_tensorrt()
+
+
+def compile_pair(args: argparse.Namespace) -> tuple[Path, Path]:
+    """-m/-md, or the embedded demo pair (with its own calibration text unless a shape is given)."""
+    if args.model is None and args.model_draft is None:
+        if not args.calib and not (args.depth or args.width or args.verify):
+            args.calib = [str(models.DEMO_CALIB)]
+        return models.demo_pair_dirs()
+    if args.model is None or args.model_draft is None:
+        raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
+    return Path(args.model), Path(args.model_draft)
+
+
+def warn_if_busy() -> None:
     import torch
 
     from .timing import busy_warning
@@ -50,11 +70,9 @@ def compile_command(args: argparse.Namespace) -> int:
     if warning:
         print(f"yggc compile: warning: {warning}; the profile, and the tree shape chosen from it, may be off",
               file=sys.stderr)
-    compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
-    return 0
 
 
-def calibration_spec(args: argparse.Namespace):
+def calibration_spec(args: argparse.Namespace) -> CalibrationSpec | None:
     """--calib and the tree flags given with it -> the search the calibrate and choose-shape passes run."""
     from .passes.calibrate import CalibrationSpec, read_calibration_text
 
