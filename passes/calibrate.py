@@ -95,13 +95,18 @@ def calibrate(verifier, drafter, layout: CacheLayout, tokenizer, spec: Calibrati
               progress=None) -> tuple[list[TreeSample], dict]:
     """-> tree samples for every width, and the record written to calibration.json."""
     texts = read_calibration_text(spec.files)
-    prompts = calibration_prompts([t for _, t in texts], tokenizer, spec.n_prompts, spec.prompt_tokens)
+    # a window, its new tokens and the largest tree must fit in the cache
+    room = layout.max_seq - spec.new_tokens - 1 - spec.max_depth * max(spec.widths)
+    if room < MIN_PROMPT_TOKENS:
+        raise YggcError(f"--max-seq {layout.max_seq} leaves no room for calibration ({spec.new_tokens} new tokens and "
+                        f"a {spec.max_depth}x{max(spec.widths)} tree); raise --max-seq or lower --calib-tokens")
+    prompts = calibration_prompts([t for _, t in texts], tokenizer, spec.n_prompts, min(spec.prompt_tokens, room))
     samples = []
     for width in spec.widths:
         got = record_width(verifier, drafter, layout, prompts, width, spec)
         if not got:
-            raise YggcError(f"calibration decoding produced no full tree at width {width}; the model stops too "
-                            f"early (EOS) or --max-seq is too small for {spec.prompt_tokens}+{spec.new_tokens} tokens")
+            raise YggcError(f"calibration decoding produced no tree with {spec.max_depth} tokens after it at width "
+                            f"{width}; raise --calib-tokens above {spec.max_depth}")
         samples += got
         if progress:
             progress(f"calibrated W={width}: {len(got)} trees")

@@ -7,6 +7,7 @@ from test_egt import _grow, _logps
 from yggc.graphs import load_model
 from yggc.passes.calibrate import (
     CalibrationSpec,
+    calibrate,
     calibration_prompts,
     read_calibration_text,
     record_width,
@@ -137,6 +138,13 @@ def test_calibration_prompts_are_spread_windows():
     assert calibration_prompts(["a b c d e"], tok, 8, 64) == [[1] * 5]  # shorter than a window: all of it
     with pytest.raises(YggcError, match="only 2 tokens"):
         calibration_prompts(["a b"], tok, 8, 64)
+
+
+def test_calibration_needs_room_in_the_cache(tmp_path):
+    text = tmp_path / "c.txt"
+    text.write_text("a b c d e f g h " * 20)
+    with pytest.raises(YggcError, match="--max-seq 40 leaves no room"):
+        calibrate(None, None, CacheLayout(40), WordTokenizer(), CalibrationSpec((text,), new_tokens=24))
 
 
 def test_recorded_trees_sit_on_the_verifiers_own_continuation(tmp_path):

@@ -121,6 +121,8 @@ def test_bad_calibration_input_fails_before_compiling(capsys, tmp_path):
     expect_error(capsys, ["compile", "-o", str(out), "--calib", str(tmp_path / "nope.txt")], "does not exist")
     expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--depth", "2", "--width", "2",
                           "--verify", "5"], "--verify must be in 1..depth*width = 4")
+    expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--calib-tokens", "8"],
+                 "--calib-tokens must exceed the deepest calibrated tree (8)")
     assert not out.exists() and not list(tmp_path.glob(".b.partial-*"))
 
 

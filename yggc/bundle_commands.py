@@ -87,6 +87,9 @@ def calibration_spec(args: argparse.Namespace) -> CalibrationSpec | None:
                            max_depth=args.depth or default.max_depth,
                            widths=(args.width,) if args.width else default.widths,
                            pin_depth=args.depth, pin_verify=args.verify)
+    if spec.new_tokens <= spec.max_depth:
+        raise YggcError(f"--calib-tokens must exceed the deepest calibrated tree ({spec.max_depth}), got "
+                        f"{spec.new_tokens}")
     if args.verify is not None and not 1 <= args.verify <= spec.max_depth * max(spec.widths):
         raise YggcError(f"--verify must be in 1..depth*width = {spec.max_depth * max(spec.widths)}, got {args.verify}")
     return spec
