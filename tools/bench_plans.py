@@ -2,8 +2,8 @@
 
     python tools/bench_plans.py CALIBRATED.bundle OTHER.bundle [...] [--prompts 4] [-n 128] [--repeats 2]
 
-Each bundle decodes with its own plan through its compiled phases; the first bundle's compiled AR
-is the reference every row must equal. For a calibrated bundle the objective's estimate of ms per
+Each bundle decodes autoregressively and with its own plan through its compiled phases; the first
+bundle's compiled AR is the reference every row must equal. For a calibrated bundle the objective's estimate of ms per
 token is printed next to the measurement.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from yggc.runtime import Runtime
 def label(rt: Runtime) -> str:
     plan = json.loads((rt.path / "plan.json").read_text())
     s = rt.shape
-    text = f"D={s.depth} W={s.width} V={s.verify} ({plan.get('source', '?')}"
+    text = f"{rt.path.name}: D={s.depth} W={s.width} V={s.verify} ({plan.get('source', '?')}"
     if "objective" in plan:
         text += f", estimated {plan['objective']['ms_per_token']:.2f} ms/token"
     return text + ")"
@@ -34,7 +34,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     runtimes = [Runtime.load(b) for b in args.bundles]
     prompts = [runtimes[0].encode(t) for t in heldout_texts(args.prompts)]
-    decoders = {"ar-compiled": runtimes[0].decoder(speculative=False)}
+    decoders = {f"{rt.path.name}: compiled AR (opt {rt.manifest.extra.get('opt', 'O1')})": rt.decoder(speculative=False)
+                for rt in runtimes}
     decoders |= {label(rt): rt.decoder() for rt in runtimes}
     print(f"{len(prompts)} held-out prompts x {args.n} tokens x {args.repeats} repeats, {args.threads} thread(s), "
           f"torch {torch.__version__}")
