@@ -86,8 +86,7 @@ def record_width(verifier, drafter, layout: CacheLayout, prompts: list[list[int]
         for n, draft in dec.drafts:
             continuation = seq[n + 1: n + 1 + spec.max_depth]
             if len(continuation) == spec.max_depth:
-                t = draft.tree
-                samples.append(as_tree_sample(t.tokens, t.parents, t.depth, t.cum_logp, width, continuation))
+                samples.append(as_tree_sample(draft.tree, width, continuation))
     return samples
 
 

@@ -31,6 +31,5 @@ def choose_shape(candidates: dict[TreeShape, float], costs: StageCosts) -> tuple
     best = ranking[0]
     plan = {"depth": best.shape.depth, "width": best.shape.width, "verify": best.shape.verify,
             "source": "calibration", "objective": best.to_dict(),
-            "cost_ms": {"verifier_w1": round(costs.verifier(1), 4)},
             "candidates": [c.to_dict() for c in ranking[:PLAN_CANDIDATES]]}
     return best.shape, plan

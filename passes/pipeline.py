@@ -112,16 +112,13 @@ def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJo
     return [draft, verify]
 
 
-def compiled_models(root: Path, loaded: dict, buckets: list[dict], job: CompileJob) -> dict[str, CompiledModel]:
-    return {name: CompiledModel(m.graph, {b["width"]: root / b["file"] for b in buckets
-                                          if b["model"] == name and b["kind"] == "forward"}, job.opt, job.backend)
-            for name, m in loaded.items()}
+def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, Path]:
+    return {b["width"]: root / b["file"] for b in buckets if b["model"] == model and b["kind"] == "forward"}
 
 
-def compiled_decoder(root: Path, loaded: dict, buckets: list[dict], shape: TreeShape, job: CompileJob
-                     ) -> SpeculativeDecoder:
+def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel], buckets: list[dict],
+                     shape: TreeShape, job: CompileJob) -> SpeculativeDecoder:
     """The decoder the runtime will build from these buckets (for profiling)."""
-    compiled = compiled_models(root, loaded, buckets, job)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     vocab = loaded["verifier"].graph.cfg.vocab_size
     draft_runner = load_bucket(root / draft["file"], DraftPhase(loaded["drafter"].graph, shape.depth,
@@ -132,22 +129,23 @@ def compiled_decoder(root: Path, loaded: dict, buckets: list[dict], shape: TreeS
                               draft_phase=draft_runner, verify_phase=verify_runner)
 
 
-def calibrated_shape(root: Path, loaded: dict, buckets: list[dict], job: CompileJob, step
-                     ) -> tuple[TreeShape, dict, dict]:
-    """Profile the forward buckets, decode the calibration text, rank shapes -> (shape, plan, calibration)."""
+def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: CompileJob, step
+                     ) -> tuple[TreeShape, dict, dict, dict]:
+    """Profile the forward buckets, decode the calibration text, rank shapes
+    -> (shape, plan, calibration record, the forward profile for reuse)."""
     spec, layout = job.calib, loaded["verifier"].layout
     if loaded["verifier"].tokenizer is None:
         raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
-    compiled = compiled_models(root, loaded, buckets, job)
-    costs = StageCosts.from_profile({"models": profile_forward(compiled, lowered_widths(buckets), layout,
-                                                               job.profile_repeats)})
+    widths = {name: sorted(m.runners) for name, m in compiled.items()}
+    forward = profile_forward(compiled, widths, layout, job.profile_repeats)
     step("profiled the forward buckets")
     samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded["verifier"].tokenizer,
                                 spec, step)
-    shape, plan = choose_shape(candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify), costs)
+    candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
+    shape, plan = choose_shape(candidates, StageCosts.from_profile({"models": forward}))
     step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
          f"(estimated {plan['objective']['speedup']:.2f}x)")
-    return shape, plan, record
+    return shape, plan, record, forward
 
 
 def compile_bundle(job: CompileJob, log=print) -> Path:
@@ -170,18 +168,22 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         for name, model in loaded.items():
             w.copy_model_dir(model.path, name)
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
-        shape, plan = job.shape, {"source": "compile flags"}
+        compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend)
+                    for name, m in loaded.items()}
+        shape, plan, measured = job.shape, {"source": "compile flags"}, None
         if job.calib:
-            shape, plan, record = calibrated_shape(w.root, loaded, buckets, job, step)
+            shape, plan, record, measured = calibrated_shape(loaded, compiled, job, step)
             w.write_json("calibration.json", record)
-            have = lowered_widths(buckets)
-            missing = {name: [x for x in ws if x not in have[name]] for name, ws in bucket_widths(shape).items()}
-            buckets += lower_forward_buckets(w, loaded, missing, job, step)
+            missing = {name: [x for x in ws if x not in compiled[name].runners]
+                       for name, ws in bucket_widths(shape).items()}
+            added = lower_forward_buckets(w, loaded, missing, job, step)
+            for name, model in compiled.items():
+                model.add_buckets(forward_packages(w.root, added, name))
+            buckets += added
         buckets += lower_phases(w, loaded, shape, job, step)
-        decoder = compiled_decoder(w.root, loaded, buckets, shape, job)
-        models_compiled = {"verifier": decoder.verifier, "drafter": decoder.drafter}
-        profile = profile_models(models_compiled, lowered_widths(buckets), loaded["verifier"].layout, shape,
-                                 job.profile_repeats, step, decoder)
+        decoder = compiled_decoder(w.root, loaded, compiled, buckets, shape, job)
+        profile = profile_models(compiled, lowered_widths(buckets), loaded["verifier"].layout, shape,
+                                 job.profile_repeats, step, decoder, measured)
         w.write_json("profile.json", profile)
         w.write_json("plan.json", {"depth": shape.depth, "width": shape.width, "verify": shape.verify, **plan})
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,

@@ -74,24 +74,29 @@ def profile_context(layout: CacheLayout) -> int:
 
 
 def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLayout, repeats: int = 20,
-                    progress=None) -> dict[str, dict]:
-    """Per model: measured ms of every bucket width and the roofline curve fitted to them."""
+                    progress=None, measured: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Per model: measured ms of every bucket width and the roofline curve fitted to them. Widths
+    already in `measured` (an earlier profile_forward result) are taken from it, not timed again."""
     out = {}
     for name, model in models.items():
-        points = {}
+        points = {int(w): ms for w, ms in (measured or {}).get(name, {}).get("bucket_ms", {}).items()}
         for w in widths[name]:
+            if w in points:
+                continue
             points[w] = bucket_latency_ms(model, w, layout, profile_context(layout), repeats)
             if progress:
                 progress(f"profile {name} W={w}: {points[w]:.3f} ms")
+        points = dict(sorted(points.items()))
         out[name] = {"bucket_ms": {str(w): t for w, t in points.items()}, "cost_curve": fit_roofline(points).to_dict()}
     return out
 
 
 def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
-                   repeats: int = 20, progress=None, decoder: SpeculativeDecoder | None = None) -> dict:
+                   repeats: int = 20, progress=None, decoder: SpeculativeDecoder | None = None,
+                   measured: dict[str, dict] | None = None) -> dict:
     context = profile_context(layout)
     out = {"schema": PROFILE_SCHEMA, "context": context,
-           "models": profile_forward(models, widths, layout, repeats, progress)}
+           "models": profile_forward(models, widths, layout, repeats, progress, measured)}
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
     if decoder is not None:
         out["phase_ms"] = phase_latency_ms(decoder, context, repeats)

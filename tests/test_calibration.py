@@ -167,3 +167,21 @@ def test_recorded_trees_sit_on_the_verifiers_own_continuation(tmp_path):
             assert any(window == ref[i:i + 5] for ref in refs for i in range(len(ref) - 4))
         accepted = [accepted_by_budget(s.tree, s.continuation)[-1] for s in samples]
         assert sum(accepted) > 0  # a noisy copy of the verifier gets drafts accepted
+
+
+def test_forward_profile_reuses_earlier_measurements():
+    from yggc.passes.profile import profile_forward
+
+    class Counting(torch.nn.Linear):
+        def __init__(self):
+            super().__init__(1, 1)
+            self.widths = []
+
+        def __call__(self, ids, pos, slots, mask):
+            self.widths.append(ids.shape[0])
+
+    model = Counting()
+    out = profile_forward({"verifier": model}, {"verifier": [1, 4]}, CacheLayout(64), repeats=3,
+                          measured={"verifier": {"bucket_ms": {"1": 5.0, "8": 9.0}}})
+    assert set(model.widths) == {4}  # only the new width is timed
+    assert out["verifier"]["bucket_ms"]["1"] == 5.0 and set(out["verifier"]["bucket_ms"]) == {"1", "4", "8"}

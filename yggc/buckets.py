@@ -78,11 +78,18 @@ class CompiledModel:
 
     def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
                  backend: str = "inductor"):
-        self.graph, self.cfg = graph, graph.cfg
-        self.runners = {w: load_forward_bucket(p, graph, opt, backend) for w, p in sorted(packages.items())}
-        if next(graph.parameters()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
-            max_seq = graph.n_slots - 1
-            self.runners = {w: capture_cuda_graphs(r, w, max_seq, max_seq) for w, r in self.runners.items()}
+        self.graph, self.cfg, self.opt, self.backend = graph, graph.cfg, opt, backend
+        self.runners: dict[int, object] = {}
+        self.add_buckets(packages)
+
+    def add_buckets(self, packages: dict[int, Path]) -> None:
+        """Load (and on CUDA, graph-capture) more width -> package buckets."""
+        for w, path in sorted(packages.items()):
+            run = load_forward_bucket(path, self.graph, self.opt, self.backend)
+            if next(self.graph.parameters()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
+                max_seq = self.graph.n_slots - 1
+                run = capture_cuda_graphs(run, w, max_seq, max_seq)
+            self.runners[w] = run
 
     def __call__(self, input_ids, position_ids, cache_slots, attn_mask) -> torch.Tensor:
         run = self.runners.get(input_ids.shape[0])

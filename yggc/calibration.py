@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from .prune import rank_nodes
 from .speculative import TreeShape
 from .token_tree import TokenTree
@@ -83,8 +81,8 @@ def acceptance_rates(samples: list[TreeSample]) -> list[float]:
     return [a / r if r else 0.0 for a, r in zip(accepted, reached)]
 
 
-def as_tree_sample(tokens: torch.Tensor, parents: torch.Tensor, depth: torch.Tensor, cum_logp: torch.Tensor,
-                   width: int, continuation: list[int]) -> TreeSample:
-    tree = TokenTree(tokens.clone().cpu(), parents.clone().cpu(), depth.clone().cpu(), cum_logp.clone().cpu(),
-                     tokens.shape[0])
-    return TreeSample(tree, width, continuation)
+def as_tree_sample(tree: TokenTree, width: int, continuation: list[int]) -> TreeSample:
+    """A host copy of a drafted tree (the decoder reuses its device tensors)."""
+    copy = TokenTree(tree.tokens.cpu().clone(), tree.parents.cpu().clone(), tree.depth.cpu().clone(),
+                     tree.cum_logp.cpu().clone(), tree.n_nodes)
+    return TreeSample(copy, width, continuation)
