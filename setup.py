@@ -9,11 +9,12 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # graphs/ and passes/ live at the top of the repo but install under the yggc namespace only.
-    packages=["yggc", "yggc.graphs", "yggc.passes"],
+    packages=["yggc", "yggc.tree", "yggc.plan", "yggc.bundle", "yggc.runtime", "yggc.bench", "yggc.cli",
+              "yggc.graphs", "yggc.passes"],
     package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
     package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors"]},
     install_requires=[
-        "torch>=2.5,<3",  # GPU users keep their own build; CI installs the 2.13.0 CPU wheel first
+        "torch>=2.11,<2.14",  # 2.11 on the GPU machine; CI installs the 2.13.0 CPU wheel first
         "numpy>=1.24",
         "networkx>=3.0",
         "safetensors>=0.4",

@@ -3,7 +3,7 @@
 For each candidate width W the pair decodes a few windows of the calibration text with the largest
 tree of that width (depth D_max, every node verified) through the already-lowered forward buckets.
 Each iteration's tree is kept with the verifier's continuation after its root, which prices every
-(D <= D_max, W, V) shape at once (yggc/calibration.py).
+(D <= D_max, W, V) shape at once (yggc/plan/calibration.py).
 """
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..cache_layout import CacheLayout
-from ..calibration import TreeSample, acceptance_rates, as_tree_sample
 from ..errors import YggcError
-from ..sampling import SamplingParams
-from ..speculative import Draft, SpeculativeDecoder, TreeShape
+from ..plan.calibration import TreeSample, acceptance_rates, as_tree_sample
+from ..plan.shape import TreeShape
+from ..runtime.cache_layout import CacheLayout
+from ..runtime.speculative import Draft, SpeculativeDecoder
+from ..tree.sampling import SamplingParams
 
 MIN_PROMPT_TOKENS = 4
 

@@ -1,14 +1,14 @@
 """Choose-shape pass: the Equal-Growth Tree (D, W, V) the objective ranks first.
 
 Tokens per iteration come from the calibration trees, latencies from the profiled cost curves of
-the forward buckets (yggc/objective.py); the plan keeps the best few candidates for `yggc inspect`.
+the forward buckets (yggc/plan/objective.py); the plan keeps the best few candidates for `yggc inspect`.
 """
 from __future__ import annotations
 
-from ..calibration import TreeSample, tokens_per_iteration
 from ..errors import YggcError
-from ..objective import ShapeScore, StageCosts, rank_shapes
-from ..speculative import TreeShape
+from ..plan.calibration import TreeSample, tokens_per_iteration
+from ..plan.objective import ShapeScore, StageCosts, rank_shapes
+from ..plan.shape import TreeShape
 
 PLAN_CANDIDATES = 10
 

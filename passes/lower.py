@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 
-from ..draft_phase import HEAD_WIDTH, DraftPhase
 from ..graphs import LlamaGraph
-from ..verify_phase import GreedyVerifyPhase
+from ..plan.shape import HEAD_WIDTH
+from ..runtime.draft_phase import DraftPhase
+from ..runtime.verify_phase import GreedyVerifyPhase
 
 # O1: weights stay out of the package and are shared by every bucket of a model.
 # O2: weights frozen into each package (constant folding, max-autotune GEMM templates instead of MKL);

@@ -13,15 +13,16 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .. import models
-from ..autoregressive import PREFILL_CHUNK
-from ..buckets import CompiledModel, bucket_name, load_bucket
-from ..draft_phase import HEAD_WIDTH, DraftPhase
 from ..errors import YggcError
 from ..graphs import check_pair
-from ..objective import StageCosts
-from ..speculative import SpeculativeDecoder, TreeShape
-from ..verify_phase import GreedyVerifyPhase
+from ..plan.objective import StageCosts
+from ..plan.shape import HEAD_WIDTH, TreeShape
+from ..runtime import models
+from ..runtime.autoregressive import PREFILL_CHUNK
+from ..runtime.buckets import CompiledModel, bucket_name, load_bucket
+from ..runtime.draft_phase import DraftPhase
+from ..runtime.speculative import SpeculativeDecoder
+from ..runtime.verify_phase import GreedyVerifyPhase
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, choose_shape
 from .lower import lower_bucket, lower_draft_phase, lower_verify_phase

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import torch
 
-from ..cache_layout import CacheLayout, causal_rows
-from ..cost_model import fit_roofline
-from ..device import cuda_properties
-from ..models import model_device
-from ..prune import prune_topk
-from ..speculative import SpeculativeDecoder, TreeShape, tree_mask
-from ..timing import median_ms, steady_ms
-from ..token_tree import TokenTree
-from ..verification import verify_greedy
+from ..plan.cost_model import fit_roofline
+from ..plan.shape import TreeShape
+from ..runtime.cache_layout import CacheLayout, causal_rows
+from ..runtime.device import cuda_properties
+from ..runtime.models import model_device
+from ..runtime.speculative import SpeculativeDecoder
+from ..runtime.timing import median_ms, steady_ms
+from ..tree.prune import prune_topk
+from ..tree.token_tree import TokenTree, tree_mask
+from ..tree.verification import verify_greedy
 
 PROFILE_SCHEMA = "yggc-profile/1"
 

@@ -1,4 +1,4 @@
-"""Side-by-side decode benchmark; a thin wrapper around `yggc bench` (the harness is yggc/benchmark.py).
+"""Side-by-side decode benchmark; a thin wrapper around `yggc bench` (the harness is yggc/bench/).
 
     python tools/bench.py [-m VERIFIER -md DRAFTER] [--prompts 4] [-n 128] [--repeats 3] [--rows ...]
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # train_pair.heldout_prompts, the prompt fallback
 
-from yggc.bench_command import main  # noqa: E402
+from yggc.cli.bench import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

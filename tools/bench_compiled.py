@@ -17,13 +17,13 @@ import time
 
 import torch
 
-from yggc.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.cache_layout import causal_rows, prefill
-from yggc.models import DEMO_PAIR
 from yggc.runtime import Runtime
-from yggc.sampling import SamplingParams
-from yggc.speculative import SpeculativeDecoder
-from yggc.timing import median_ms
+from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
+from yggc.runtime.cache_layout import causal_rows, prefill
+from yggc.runtime.models import DEMO_PAIR
+from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.timing import median_ms
+from yggc.tree.sampling import SamplingParams
 
 
 def forward_ms(fn, width: int, context: int, layout) -> float:

@@ -11,9 +11,10 @@ import argparse
 import torch
 from bench_compiled import add_workload_args, compare_decoders, heldout_texts  # tools/ sibling
 
-from yggc import models
-from yggc.autoregressive import AutoregressiveDecoder
-from yggc.speculative import SpeculativeDecoder, TreeShape
+from yggc.plan.shape import TreeShape
+from yggc.runtime import models
+from yggc.runtime.autoregressive import AutoregressiveDecoder
+from yggc.runtime.speculative import SpeculativeDecoder
 
 SHAPES = [TreeShape(d, 1, d) for d in (4, 6, 8)] + [TreeShape(6, w, v) for w, v in ((4, 16), (4, 24), (8, 16), (8, 32))]
 

@@ -6,7 +6,7 @@ __all__ = ["Runtime", "__version__"]
 def __getattr__(name: str):
     # `yggc.Runtime` without importing torch for `yggc --version` and the like
     if name == "Runtime":
-        from .runtime import Runtime
+        from .runtime.runtime import Runtime
 
         return Runtime
     raise AttributeError(f"module 'yggc' has no attribute {name!r}")

@@ -1,0 +1,150 @@
+"""`yggc run`: streaming, --json, and one clear line + exit code 2 for every bad input."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from checkpoints import make_tokenizer, write_checkpoint
+
+from yggc.cli.main import main
+
+
+def run(capsys, *argv):
+    capsys.readouterr()  # drop what fixtures printed
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_output_has_tokens_and_stats(capsys, checkpoint):
+    code, out, _ = run(capsys, "run", "-m", str(checkpoint("llama_gqa")), "--prompt-ids", "5,6,7", "-n", "8", "--json")
+    assert code == 0
+    res = json.loads(out)
+    assert len(res["tokens"]) == res["n_generated"] == 8
+    assert res["n_prompt"] == 3 and res["tpot_ms"] > 0 and res["tokens_per_s"] > 0
+    assert isinstance(res["text"], str)
+
+
+def test_text_streams_and_stats_go_to_stderr(capsys, checkpoint):
+    path = checkpoint("llama_gqa")
+    code, out, err = run(capsys, "run", "-m", str(path), "-p", "def add(a, b):", "-n", "12", "--seed", "1")
+    assert code == 0
+    assert "tokens per second" in err and "stopped: max tokens" in err
+    code, js, _ = run(capsys, "run", "-m", str(path), "-p", "def add(a, b):", "-n", "12", "--json")
+    assert out.rstrip("\n") == json.loads(js)["text"]
+
+
+def test_sampling_is_seeded(capsys, checkpoint):
+    args = ["run", "-m", str(checkpoint("llama_gqa")), "--prompt-ids", "1,2", "-n", "16", "--temp", "1", "--json"]
+    a = json.loads(run(capsys, *args, "--seed", "3")[1])["tokens"]
+    b = json.loads(run(capsys, *args, "--seed", "3")[1])["tokens"]
+    c = json.loads(run(capsys, *args, "--seed", "4")[1])["tokens"]
+    assert a == b and a != c
+
+
+def test_stops_at_kv_capacity(capsys, checkpoint):
+    code, out, _ = run(capsys, "run", "-m", str(checkpoint("llama_gqa")), "--prompt-ids", "1,2,3", "-n", "50",
+                       "--max-seq", "10", "--json")
+    res = json.loads(out)
+    assert code == 0 and res["n_generated"] == 8 and "kv cache full" in res["stop_reason"]
+
+
+def expect_error(capsys, argv, *needles):
+    code, out, err = run(capsys, *argv)
+    assert code == 2, err
+    lines = [line for line in err.strip().splitlines() if line]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+def test_missing_model_dir(capsys, tmp_path):
+    expect_error(capsys, ["run", "-m", str(tmp_path / "nope"), "-p", "x"], "does not exist")
+
+
+def test_missing_config(capsys, tmp_path):
+    expect_error(capsys, ["run", "-m", str(tmp_path), "-p", "x"], "config.json is missing")
+
+
+def test_unsupported_model_type(capsys, tmp_path, checkpoint):
+    shutil.copytree(checkpoint("llama_gqa"), tmp_path / "m")
+    cfg = json.loads((tmp_path / "m/config.json").read_text())
+    cfg["model_type"] = "gpt2"
+    (tmp_path / "m/config.json").write_text(json.dumps(cfg))
+    expect_error(capsys, ["run", "-m", str(tmp_path / "m"), "-p", "x"], "model_type 'gpt2' is not supported")
+
+
+def test_corrupt_weights(capsys, tmp_path, checkpoint):
+    shutil.copytree(checkpoint("llama_gqa"), tmp_path / "m")
+    (tmp_path / "m/model.safetensors").write_bytes(b"\x00garbage" * 10)
+    expect_error(capsys, ["run", "-m", str(tmp_path / "m"), "-p", "x"], "cannot be read as safetensors")
+
+
+def test_prompt_longer_than_context(capsys, checkpoint):
+    ids = ",".join(["5"] * 40)
+    expect_error(capsys, ["run", "-m", str(checkpoint("llama_gqa")), "--prompt-ids", ids, "--max-seq", "32"],
+                 "40 tokens", "--max-seq")
+
+
+def test_prompt_id_outside_vocab(capsys, checkpoint):
+    expect_error(capsys, ["run", "-m", str(checkpoint("llama_gqa")), "--prompt-ids", "5,99999"], "99999")
+
+
+def test_tokenizer_mismatch_names_first_differing_token(capsys, tmp_path, checkpoint):
+    drafter = write_checkpoint(tmp_path / "d", "llama_gqa", seed=9, tokenizer=False)
+    tok = make_tokenizer()
+    vocab = tok.get_vocab()
+    swapped = sorted(vocab, key=vocab.get)[100]
+    data = json.loads(tok.to_str())
+    data["model"]["vocab"][swapped + "_x"] = data["model"]["vocab"].pop(swapped)
+    (drafter / "tokenizer.json").write_text(json.dumps(data))
+    expect_error(capsys, ["run", "-m", str(checkpoint("llama_gqa")), "-md", str(drafter), "-p", "x"],
+                 "token id 100", repr(swapped))
+
+
+def test_bad_flag_value_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "yggc.cli", "run", "--prompt-ids", "1,a"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "expected comma-separated token ids" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", [["--temp", "-1"], ["--top-p", "0"]])
+def test_bad_sampling_values(capsys, checkpoint, flag):
+    expect_error(capsys, ["run", "-m", str(checkpoint("llama_gqa")), "--prompt-ids", "1", *flag], flag[0][2:].replace("temp", "temperature"))
+
+
+def test_bad_calibration_input_fails_before_compiling(capsys, tmp_path):
+    text = tmp_path / "calib.txt"
+    text.write_text("def f(x):\n    return x\n")
+    out = tmp_path / "b"
+    expect_error(capsys, ["compile", "-o", str(out), "--calib", str(tmp_path / "nope.txt")], "does not exist")
+    expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--depth", "2", "--width", "2",
+                          "--verify", "5"], "--verify must be in 1..depth*width = 4")
+    expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--calib-tokens", "8"],
+                 "--calib-tokens must exceed the deepest calibrated tree (8)")
+    assert not out.exists() and not list(tmp_path.glob(".b.partial-*"))
+
+
+def test_demo_compile_calibrates_unless_a_shape_is_given():
+    from yggc.cli.compile import compile_pair
+    from yggc.cli.main import build_parser
+    from yggc.runtime.models import DEMO_CALIB, demo_pair_dirs
+
+    args = build_parser().parse_args(["compile", "-o", "b"])
+    assert compile_pair(args) == demo_pair_dirs() and args.calib == [str(DEMO_CALIB)] and DEMO_CALIB.is_file()
+    args = build_parser().parse_args(["compile", "-o", "b", "--depth", "3"])
+    assert compile_pair(args) == demo_pair_dirs() and args.calib is None
+
+
+def test_cli_silences_known_third_party_noise_only():
+    import warnings
+
+    from yggc.cli.main import silence_third_party_noise
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        silence_third_party_noise()
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use TreeSpec.is_leaf()", FutureWarning, stacklevel=1)
+        warnings.warn("a real warning", FutureWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["a real warning"]

@@ -1,0 +1,187 @@
+"""Calibration statistics and the latency objective: pure functions checked against brute force, and
+the recording decoder checked against the verifier's own decoding."""
+import pytest
+import torch
+from checkpoints import write_checkpoint
+from trees import _grow, _logps
+from yggc.graphs import load_model
+from yggc.passes.calibrate import (
+    CalibrationSpec,
+    calibrate,
+    calibration_prompts,
+    read_calibration_text,
+    record_width,
+)
+from yggc.passes.choose_shape import candidate_shapes, choose_shape
+
+from yggc.errors import YggcError
+from yggc.plan.calibration import TreeSample, acceptance_rates, accepted_by_budget, tokens_per_iteration, truncate
+from yggc.plan.cost_model import CostCurve
+from yggc.plan.objective import StageCosts, rank_shapes
+from yggc.plan.shape import TreeShape
+from yggc.runtime.autoregressive import AutoregressiveDecoder
+from yggc.runtime.cache_layout import CacheLayout
+from yggc.tree.egt import egt_tree
+from yggc.tree.prune import prune_topk
+from yggc.tree.sampling import SamplingParams
+
+
+def random_tree(D, W, seed):
+    state, _ = _grow(D, W, 9, None, _logps(D, W, 9, seed))
+    return egt_tree(state)
+
+
+def continuation_along(tree, node, extra, seed):
+    """The tokens of the path to `node`, then `extra` random tokens: a continuation the tree half-matches."""
+    g = torch.Generator().manual_seed(seed)
+    return [int(tree.tokens[i]) for i in tree.path_to(node)] + torch.randint(0, 9, (extra,), generator=g).tolist()
+
+
+def brute_accepted(tree, V, continuation):
+    """Prune with prune_topk, then walk the kept nodes along the continuation."""
+    kept = set(prune_topk(tree, V).tolist())
+    node, k = 0, 0
+    for want in continuation:
+        nxt = [i for i in kept if int(tree.parents[i]) == node and int(tree.tokens[i]) == want]
+        if not nxt:
+            break
+        node, k = nxt[0], k + 1
+    return k
+
+
+@pytest.mark.parametrize("D,W", [(1, 1), (4, 1), (3, 2), (5, 3), (4, 4)])
+@pytest.mark.parametrize("seed", range(4))
+def test_accepted_by_budget_matches_pruning_then_walking(D, W, seed):
+    tree = random_tree(D, W, seed)
+    for node in range(tree.n_nodes):
+        cont = continuation_along(tree, node, 2, seed)
+        got = accepted_by_budget(tree, cont)
+        assert got == [brute_accepted(tree, v, cont) for v in range(tree.n_nodes)]
+        assert got[-1] >= len(tree.path_to(node))  # the full tree accepts at least the whole path
+
+
+@pytest.mark.parametrize("W", [1, 2, 3])
+def test_a_shallower_egt_is_the_deeper_one_truncated(W):
+    logps = _logps(6, W, 11, seed=W)
+    deep = egt_tree(_grow(6, W, 11, None, logps)[0])
+    for D in range(1, 6):
+        shallow = egt_tree(_grow(D, W, 11, None, logps[:D])[0])
+        cut = truncate(deep, 1 + D * W)
+        n = shallow.n_nodes
+        assert cut.n_nodes == n
+        assert cut.tokens[:n].tolist() == shallow.tokens.tolist()
+        assert cut.parents[:n].tolist() == shallow.parents.tolist()
+
+
+def test_tokens_per_iteration_of_a_chain():
+    # chain 0 -> 5 -> 6 -> 7 -> 8; the verifier continues 5, 6, 9, ...: two drafts accepted at depth >= 2
+    tree = random_tree(4, 1, 0)
+    tree.tokens[1:5] = torch.tensor([5, 6, 7, 8])
+    table = tokens_per_iteration([TreeSample(tree, 1, [5, 6, 9, 9])], max_depth=4)
+    assert table[TreeShape(1, 1, 1)] == 2.0
+    assert table[TreeShape(4, 1, 2)] == 3.0
+    assert table[TreeShape(4, 1, 4)] == 3.0
+    assert table[TreeShape(3, 1, 1)] == 2.0
+    assert set(table) == {TreeShape(d, 1, v) for d in range(1, 5) for v in range(1, d + 1)}
+    assert acceptance_rates([TreeSample(tree, 1, [5, 6, 9, 9])]) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_objective_prices_draft_and_verify_steps():
+    costs = StageCosts(CostCurve(10.0, 4.0, 1.0), CostCurve(1.0, 2.0, 0.5), host_ms=0.25)
+    # head step at width 2 (1 ms) + 2 steps at width 4 (2 ms each) + verify of 7 rows (13 ms) + host
+    assert costs.iteration_ms(TreeShape(3, 4, 6)) == pytest.approx(1 + 4 + 13 + 0.25)
+    table = {TreeShape(1, 1, 1): 1.8, TreeShape(4, 1, 4): 3.0, TreeShape(4, 2, 8): 3.6, TreeShape(8, 4, 32): 6.0}
+    ranking = rank_shapes(table, costs)
+    speedups = [c.speedup for c in ranking]
+    assert speedups == sorted(speedups, reverse=True)
+    best = ranking[0]
+    assert best.speedup == pytest.approx(max(t * 10.0 / costs.iteration_ms(s) for s, t in table.items()))
+    assert best.ms_per_token == pytest.approx(costs.iteration_ms(best.shape) / table[best.shape])
+
+
+def test_choose_shape_honours_pins_and_records_the_ranking():
+    tree = random_tree(4, 2, 3)
+    samples = [TreeSample(tree, 2, continuation_along(tree, n, 4, n)[:4]) for n in range(tree.n_nodes)]
+    costs = StageCosts(CostCurve(5.0, 1.0, 0.2), CostCurve(0.5, 1.0, 0.05))
+    shape, plan = choose_shape(candidate_shapes(samples, 4, depth=3), costs)
+    assert shape.depth == 3 and plan["source"] == "calibration"
+    assert plan["candidates"][0] == plan["objective"] and all(c["depth"] == 3 for c in plan["candidates"])
+    shape, _ = choose_shape(candidate_shapes(samples, 4, verify=5), costs)
+    assert shape.verify == 5
+    with pytest.raises(YggcError, match="--verify must be at most"):
+        candidate_shapes(samples, 2, verify=7)
+
+
+def test_calibration_text_errors(tmp_path):
+    missing, empty, binary = tmp_path / "nope.txt", tmp_path / "empty.txt", tmp_path / "bin.txt"
+    empty.write_text("  \n")
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    for path, msg in [(missing, "does not exist"), (empty, "is empty"), (binary, "not UTF-8")]:
+        with pytest.raises(YggcError, match=msg):
+            read_calibration_text((path,))
+
+
+class WordTokenizer:
+    class Encoding:
+        def __init__(self, ids):
+            self.ids = ids
+
+    def encode(self, text):
+        return self.Encoding([len(w) for w in text.split()])
+
+
+def test_calibration_prompts_are_spread_windows():
+    tok = WordTokenizer()
+    prompts = calibration_prompts(["a " * 100, "bb " * 100], tok, n_prompts=4, prompt_tokens=30)
+    assert len(prompts) == 4 and all(len(p) == 30 for p in prompts)
+    assert prompts[0] == [1] * 30 and prompts[-1] == [2] * 30  # first and last window of the concatenation
+    assert calibration_prompts(["a b c d e"], tok, 8, 64) == [[1] * 5]  # shorter than a window: all of it
+    with pytest.raises(YggcError, match="only 2 tokens"):
+        calibration_prompts(["a b"], tok, 8, 64)
+
+
+def test_calibration_needs_room_in_the_cache(tmp_path):
+    text = tmp_path / "c.txt"
+    text.write_text("a b c d e f g h " * 20)
+    with pytest.raises(YggcError, match="--max-seq 40 leaves no room"):
+        calibrate(None, None, CacheLayout(40), WordTokenizer(), CalibrationSpec((text,), new_tokens=24))
+
+
+def test_recorded_trees_sit_on_the_verifiers_own_continuation(tmp_path):
+    layout = CacheLayout(128)
+    v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=21)
+    d = write_checkpoint(tmp_path / "d", "llama_gqa", seed=22, base=v, noise=0.03)
+    verifier, drafter = load_model(v, layout.n_slots), load_model(d, layout.n_slots)
+    spec = CalibrationSpec((), max_depth=4, new_tokens=24)
+    prompts = [[5, 6, 7, 8, 9], [11, 3, 3, 40, 2, 9, 17]]
+    for width in (1, 3):
+        samples = record_width(verifier, drafter, layout, prompts, width, spec)
+        assert samples and all(s.width == width and s.tree.n_nodes == 1 + 4 * width for s in samples)
+        refs = []
+        for p in prompts:
+            ar = AutoregressiveDecoder(verifier, layout)
+            refs.append(list(p) + [t for c in ar.stream(p, spec.new_tokens, SamplingParams()) for t in c])
+        # every sample's root and continuation is a window of the verifier's greedy output
+        for s in samples:
+            window = [int(s.tree.tokens[0])] + s.continuation
+            assert any(window == ref[i:i + 5] for ref in refs for i in range(len(ref) - 4))
+        accepted = [accepted_by_budget(s.tree, s.continuation)[-1] for s in samples]
+        assert sum(accepted) > 0  # a noisy copy of the verifier gets drafts accepted
+
+
+def test_forward_profile_reuses_earlier_measurements():
+    from yggc.passes.profile import profile_forward
+
+    class Counting(torch.nn.Linear):
+        def __init__(self):
+            super().__init__(1, 1)
+            self.widths = []
+
+        def __call__(self, ids, pos, slots, mask):
+            self.widths.append(ids.shape[0])
+
+    model = Counting()
+    out = profile_forward({"verifier": model}, {"verifier": [1, 4]}, CacheLayout(64), repeats=3,
+                          measured={"verifier": {"bucket_ms": {"1": 5.0, "8": 9.0}}})
+    assert set(model.widths) == {4}  # only the new width is timed
+    assert out["verifier"]["bucket_ms"]["1"] == 5.0 and set(out["verifier"]["bucket_ms"]) == {"1", "4", "8"}

@@ -1,0 +1,203 @@
+"""Compiled bundles: lossless like eager, loaded without compiling, atomic to write, strict to load."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from checkpoints import TEXT, write_checkpoint
+from yggc.passes.calibrate import CalibrationSpec
+from yggc.passes.pipeline import PROBE_WIDTHS, CompileJob, compile_bundle
+
+from yggc.cli.main import main
+from yggc.errors import YggcError
+from yggc.plan.shape import TreeShape
+from yggc.runtime import Runtime
+from yggc.runtime.autoregressive import AutoregressiveDecoder
+from yggc.tree.sampling import SamplingParams
+
+SHAPE = TreeShape(3, 2, 5)
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cpair")
+    v = write_checkpoint(root / "v", "llama_gqa", seed=11)
+    return v, write_checkpoint(root / "d", "llama_gqa", seed=12, base=v, noise=0.03)
+
+
+@pytest.fixture(scope="module")
+def bundle(pair_dirs, tmp_path_factory):
+    """Compiled through the calibrate and choose-shape passes; the pinned depth and verify width leave
+    SHAPE as the only candidate, so the tests below know the plan."""
+    root = tmp_path_factory.mktemp("b")
+    (root / "calib.txt").write_text("".join(TEXT) * 3)
+    calib = CalibrationSpec((root / "calib.txt",), n_prompts=2, prompt_tokens=16, new_tokens=24,
+                            max_depth=SHAPE.depth, widths=(1, 2), pin_depth=SHAPE.depth, pin_verify=SHAPE.verify)
+    out = root / "bundle"
+    compile_bundle(CompileJob(*pair_dirs, out, None, max_seq=128, profile_repeats=3, calib=calib), log=lambda m: None)
+    return out
+
+
+def eager_ar(rt, prompt, n):
+    dec = AutoregressiveDecoder(rt.verifier.graph, rt.verifier.layout)
+    return [t for c in dec.stream(prompt, n, SamplingParams()) for t in c]
+
+
+def test_compiled_decoding_is_lossless(bundle):
+    import yggc
+
+    rt = yggc.Runtime.load(bundle)
+    assert set(rt.compiled["verifier"].runners) == {1, 32, SHAPE.verify + 1, *PROBE_WIDTHS["verifier"]}
+    assert set(rt.draft_runners) == {(SHAPE.depth, SHAPE.width)}  # the fused phases are used
+    assert set(rt.verify_runners) == {(SHAPE.depth, SHAPE.width, SHAPE.verify)}
+    for seed in range(3):
+        prompt = torch.randint(1, 301, (5 + 9 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        ref = eager_ar(rt, prompt, 48)
+        assert rt.generate(prompt, 48).tokens == ref  # the plan's tree through compiled buckets
+        assert rt.generate(prompt, 48, decoder=rt.decoder(speculative=False)).tokens == ref
+        for shape in (TreeShape(4, 1, 4), TreeShape(2, 2, 4)):  # compiled drafter widths, other verify widths
+            assert rt.generate(prompt, 48, decoder=rt.decoder(shape=shape)).tokens == ref
+    assert rt.last_stats.n_iterations > 0
+
+
+def test_plan_and_calibration_are_recorded(bundle):
+    plan = json.loads((bundle / "plan.json").read_text())
+    calib = json.loads((bundle / "calibration.json").read_text())
+    assert (plan["depth"], plan["width"], plan["verify"], plan["source"]) == (3, 2, 5, "calibration")
+    assert [(c["depth"], c["width"], c["verify"]) for c in plan["candidates"]] == [(3, 2, 5)]
+    best = plan["objective"]
+    assert 1.0 <= best["tokens_per_iter"] <= 1 + SHAPE.depth and best["speedup"] > 0
+    assert best["ms_per_token"] == pytest.approx(best["iteration_ms"] / best["tokens_per_iter"], rel=1e-3)
+    assert calib["files"][0]["name"] == "calib.txt" and calib["n_prompts"] == 2
+    assert set(calib["n_trees"]) == {"1", "2"} and min(calib["n_trees"].values()) > 0
+    assert all(0.0 <= p <= 1.0 for rates in calib["acceptance_by_depth"].values() for p in rates)
+
+
+def test_compiled_logits_match_eager(bundle):
+    rt = Runtime.load(bundle)
+    slots = torch.arange(6)
+    mask = torch.arange(128)[None, :] <= slots[:, None]
+    ids = torch.tensor([3, 1, 4, 1, 5, 9])
+    runner = rt.compiled["verifier"].runners[SHAPE.verify + 1]
+    got = runner(ids, slots.clone(), slots.clone(), mask)
+    want = rt.verifier.graph(ids, slots.clone(), slots.clone(), mask)
+    assert got.shape == want.shape and (got - want).abs().max().item() < 1e-4
+
+
+def test_load_in_fresh_process_does_not_compile(bundle):
+    code = (
+        "import json, sys\n"
+        "from torch._dynamo.utils import counters\n"
+        "from yggc.runtime import Runtime\n"
+        "import time; t = time.perf_counter()\n"
+        f"rt = Runtime.load({str(bundle)!r})\n"
+        "out = rt.generate([5, 6, 7], 16)\n"
+        "print(json.dumps({'inductor': dict(counters['inductor']), 'aot': dict(counters['aot_autograd']),"
+        " 'n': len(out.tokens), 'first_token_s': time.perf_counter() - t}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["n"] == 16 and res["inductor"] == {} and res["aot"] == {}
+
+
+def test_cli_run_and_inspect(bundle, capsys):
+    assert main(["run", str(bundle), "--prompt-ids", "5,6,7", "-n", "12", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["n_generated"] == 12 and res["mean_accepted_length"] >= 1.0
+    assert main(["inspect", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "verifier_w6" in out and "cost curve" in out and "plan: depth 3, width 2, verify 5" in out
+    assert "draft phase (one call)" in out and "verify phase (one call)" in out
+
+
+def test_tampered_bundle_is_refused(bundle, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    with open(copy / "artifacts" / "drafter_w2.pt2", "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00\x01\x02")
+    with pytest.raises(YggcError, match="drafter_w2.pt2 is corrupted"):
+        Runtime.load(copy)
+    assert main(["run", str(copy), "-p", "x"]) == 2
+    assert "re-run `yggc compile`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killed_compile_leaves_no_bundle(pair_dirs, tmp_path, sig):
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "yggc.cli", "compile", "-m", str(pair_dirs[0]), "-md",
+                             str(pair_dirs[1]), "-o", str(out), "--max-seq", "64", "--depth", "2", "--width", "3"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(tmp_path.glob(".killed.partial-*/artifacts/*.pt2")):
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    proc.wait()
+    assert not out.exists()
+    if sig == signal.SIGTERM:  # a catchable signal: the writer removed its own partial directory
+        assert list(tmp_path.iterdir()) == []
+    from yggc.passes.write_bundle import clean_stale_partials
+
+    clean_stale_partials(out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_profile_follows_schema(bundle):
+    profile = json.loads((bundle / "profile.json").read_text())
+    schema = json.loads((Path(__file__).parents[2] / "profiles" / "schema.json").read_text())
+    assert profile["schema"] == schema["properties"]["schema"]["const"]
+    assert set(schema["required"]) <= set(profile)
+    for name in ("verifier", "drafter"):
+        entry = profile["models"][name]
+        assert set(entry["cost_curve"]) == {"t0_ms", "knee", "slope_ms"}
+        widths = {int(w) for w in entry["bucket_ms"]}
+        assert widths == {b["width"] for b in json.loads((bundle / "manifest.json").read_text())["buckets"]
+                          if b["model"] == name and b["kind"] == "forward"}
+    assert set(profile["host_ms"]) == {"prune", "tree_mask", "accept_greedy", "compact_kv"}
+    assert set(profile["phase_ms"]) == {"draft", "verify"}
+
+
+def test_profile_command_plots(bundle, tmp_path, capsys):
+    out = tmp_path / "curves.png"
+    assert main(["profile", str(bundle), "--plot", str(out)]) == 0
+    assert "verifier cost curve" in capsys.readouterr().out
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("shape", [SHAPE, TreeShape(3, 1, 3)])
+def test_compiled_sampling_follows_eager_sampling(bundle, shape):
+    """Same seed, same tokens: the compiled sampling path is the eager one (whose distribution is tested)."""
+    from yggc.runtime.speculative import SpeculativeDecoder
+
+    rt = Runtime.load(bundle)
+    eager = SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, rt.verifier.layout, shape)
+    for seed in range(3):
+        kw = {"temperature": 1.0, "seed": seed}
+        got = rt.generate([5, 6, 7], 24, decoder=rt.decoder(shape=shape), **kw).tokens
+        assert got == rt.generate([5, 6, 7], 24, decoder=eager, **kw).tokens
+
+
+def test_o2_bucket_freezes_weights_and_shares_the_cache(pair_dirs, tmp_path):
+    """--opt O2: weights baked into the package, the KV cache still the model's own (shared) tensor."""
+    from yggc.graphs import load_model
+    from yggc.passes.lower import lower_bucket
+
+    from yggc.runtime.buckets import load_bucket
+    from yggc.runtime.cache_layout import causal_rows
+
+    graph, ref = load_model(pair_dirs[0], 65), load_model(pair_dirs[0], 65)
+    runner = load_bucket(lower_bucket(graph, 1, 64, tmp_path / "v1.pt2", opt="O2"), graph, "O2")
+    with torch.inference_mode():
+        for i, tok in enumerate([3, 1, 4, 1, 5, 9]):
+            s = torch.tensor([i])
+            args = (torch.tensor([tok]), s.clone(), s.clone(), causal_rows(s, 64))
+            assert (runner(*args) - ref(*args)).abs().max().item() < 1e-4
+    assert torch.allclose(graph.caches()[0].k[:, :6], ref.caches()[0].k[:, :6], atol=1e-4)  # the shared cache

@@ -1,0 +1,123 @@
+"""The layout's import rules, read from the AST of every module (nothing is imported to check them).
+
+graphs <- tree <- plan <- runtime <- passes / bench <- cli; bundle beside them (imported by runtime and
+passes, importing neither). Each rule names the packages a package may import from yggc.
+"""
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = {"yggc": ROOT / "yggc", "yggc.graphs": ROOT / "graphs", "yggc.passes": ROOT / "passes"}
+
+# package -> the yggc packages and modules it may import (prefix match); None: no rule beyond the global ones
+ALLOWED = {
+    "yggc.graphs": ("yggc.graphs",),
+    "yggc.tree": ("yggc.tree", "yggc.errors"),
+    "yggc.plan": ("yggc.plan", "yggc.tree", "yggc.errors"),
+    "yggc.bundle": ("yggc.bundle", "yggc.errors", "yggc"),  # "yggc" itself for __version__
+}
+FORBIDDEN = {"yggc.runtime": ("yggc.passes", "yggc.bench", "yggc.cli")}
+
+
+def module_files() -> dict[str, Path]:
+    """yggc module name -> source file, as installed (graphs/ and passes/ under the yggc namespace)."""
+    out = {}
+    for prefix, folder in SOURCES.items():
+        for f in folder.rglob("*.py"):
+            parts = list(f.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join([prefix, *parts])
+            if prefix == "yggc" and parts and parts[0] in ("graphs", "passes"):
+                continue  # not a real path: the namespace is installed from the top-level folders
+            out[name] = f
+    return out
+
+
+def imports_of(name: str, source: str, known: set[str], is_package: bool) -> list[tuple[str, bool]]:
+    """(imported yggc module, at module level?) for every import statement in `source`."""
+    package = name if is_package else name.rpartition(".")[0]
+    found = []
+    tree = ast.parse(source)
+    top_level = {id(n) for n in tree.body} | {id(n) for n in ast.walk(tree) if isinstance(n, ast.If)
+                                              for n in n.body}  # `if TYPE_CHECKING:` blocks count as top level
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        else:
+            continue
+        found += [(t, id(node) in top_level) for t in targets if t == "yggc" or t.startswith("yggc.")]
+    return found
+
+
+def import_graph() -> nx.DiGraph:
+    files = module_files()
+    g = nx.DiGraph()
+    for name, f in files.items():
+        g.add_node(name)
+        for target, top in imports_of(name, f.read_text(), set(files), f.name == "__init__.py"):
+            g.add_edge(name, target, top_level=top)
+    return g
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def violations(g: nx.DiGraph) -> list[str]:
+    """Every import that breaks a layout rule, as 'importer -> imported (rule)'."""
+    bad = []
+    for src, dst in g.edges:
+        if within(dst, "yggc.cli") and not within(src, "yggc.cli"):
+            bad.append(f"{src} -> {dst} (nothing imports yggc.cli)")
+        for package, allowed in ALLOWED.items():
+            if within(src, package) and not any(dst == a or within(dst, a) and a != "yggc" for a in allowed):
+                bad.append(f"{src} -> {dst} ({package} may import only {', '.join(allowed)})")
+        for package, forbidden in FORBIDDEN.items():
+            if within(src, package) and any(within(dst, f) for f in forbidden):
+                bad.append(f"{src} -> {dst} ({package} never imports {', '.join(forbidden)})")
+    return bad
+
+
+def test_every_module_keeps_the_layout_rules():
+    assert violations(import_graph()) == []
+
+
+def test_no_import_cycle_among_yggc_modules():
+    g = import_graph()
+    load_time = nx.DiGraph([(a, b) for a, b, top in g.edges(data="top_level") if top and a != b])
+    # a package's __init__ importing its own submodule is how packages work, not a cycle
+    load_time.remove_edges_from([(a, b) for a, b in list(load_time.edges) if within(b, a)])
+    assert list(nx.simple_cycles(load_time)) == []
+
+
+@pytest.mark.parametrize("importer, line, rule", [
+    ("yggc.tree.prune", "from ..runtime.models import load", "yggc.tree may import only"),
+    ("yggc.plan.objective", "from ..runtime.draft_phase import DraftPhase", "yggc.plan may import only"),
+    ("yggc.runtime.runtime", "from ..passes.pipeline import compile_bundle", "yggc.runtime never imports"),
+    ("yggc.runtime.speculative", "import yggc.bench.harness", "yggc.runtime never imports"),
+    ("yggc.bench.harness", "from ..cli.main import main", "nothing imports yggc.cli"),
+    ("yggc.graphs.llama", "from yggc.errors import YggcError", "yggc.graphs may import only"),
+    ("yggc.bundle.manifest", "from ..runtime import models", "yggc.bundle may import only"),
+])
+def test_a_forbidden_import_is_caught(importer, line, rule):
+    g = import_graph()
+    known = set(g.nodes)
+    for target, top in imports_of(importer, line, known, False):
+        g.add_edge(importer, target, top_level=top)
+    assert any(importer in v and rule in v for v in violations(g))
+
+
+def test_modules_stay_small():
+    long = {n: len(f.read_text().splitlines()) for n, f in module_files().items()}
+    assert {n: k for n, k in long.items() if k > 400} == {}

@@ -1,0 +1,265 @@
+"""The training loop of tools/train_pair.py: resumable state (safetensors + JSON, no pickle), the learning
+rate schedule, deterministic batches, optional distillation from a teacher, and the time budget.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from pair_data import eot_id, load_tokenizer
+from pair_presets import ModelSize, Preset, TrainHParams, build_model, export_checkpoint, load_hf_model, n_params
+
+ROLES = ("verifier", "drafter")
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def save_state(state_dir: Path, model, opt, meta: dict) -> None:
+    """float32 weights + AdamW moments as safetensors, counters as JSON; JSON written last."""
+    import torch
+    from safetensors.torch import save_file, save_model
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    names = {id(p): n for n, p in model.named_parameters()}
+    opt_tensors = {}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for key, val in opt.state.get(p, {}).items():
+                val = val if torch.is_tensor(val) else torch.tensor(val)
+                opt_tensors[f"{names[id(p)]}::{key}"] = val.detach().contiguous()
+    save_model(model, str(state_dir / "model.tmp.safetensors"))
+    save_file(opt_tensors, str(state_dir / "optimizer.tmp.safetensors"))
+    os.replace(state_dir / "model.tmp.safetensors", state_dir / "model.safetensors")
+    os.replace(state_dir / "optimizer.tmp.safetensors", state_dir / "optimizer.safetensors")
+    (state_dir / "state.tmp.json").write_text(json.dumps(meta, indent=1))
+    os.replace(state_dir / "state.tmp.json", state_dir / "state.json")
+
+
+def load_state(state_dir: Path, model, opt) -> dict:
+    from safetensors.torch import load_file, load_model
+
+    load_model(model, str(state_dir / "model.safetensors"))
+    params = dict(model.named_parameters())
+    for key, val in load_file(str(state_dir / "optimizer.safetensors")).items():
+        name, field = key.split("::")
+        opt.state[params[name]][field] = val
+    return json.loads((state_dir / "state.json").read_text())
+
+
+def make_optimizer(model, hp: TrainHParams):
+    import torch
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=hp.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def lr_at(step: int, total: int | None, hp: TrainHParams) -> float:
+    if step < hp.warmup_steps:
+        return hp.lr * (step + 1) / hp.warmup_steps
+    if not total:
+        return hp.lr
+    frac = min(1.0, (step - hp.warmup_steps) / max(1, total - hp.warmup_steps))
+    return hp.lr * (hp.min_lr_ratio + (1 - hp.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def sample_batch(tokens: np.ndarray, seed: int, role: str, step: int, batch: int, seq_len: int):
+    """Random windows of ``seq_len + 1`` tokens; a pure function of (seed, role, step)."""
+    import torch
+
+    rng = np.random.default_rng([seed, ROLES.index(role), step])
+    starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch)
+    windows = np.stack([tokens[s : s + seq_len + 1] for s in starts]).astype(np.int64)
+    return torch.from_numpy(windows)
+
+
+@dataclass
+class Job:
+    role: str
+    preset: Preset
+    size: ModelSize
+    hp: TrainHParams
+    tokens: np.ndarray
+    tokenizer_path: Path
+    out_dir: Path
+    seed: int = 0
+    steps: int | None = None
+    resume: bool = True
+    compile: bool = False
+    autocast: bool = False
+    teacher_dir: Path | None = None
+    distill_alpha: float | None = None
+    ckpt_every: int = 200
+    stop_after: int | None = None
+    calib_steps: int = 5
+
+    @property
+    def state_dir(self) -> Path:
+        return self.out_dir / ".state" / self.role
+
+
+def make_loss_fn(model, teacher, alpha: float | None, autocast: bool):
+    """``x -> (loss, ce)``; with a teacher: ``alpha * CE + (1 - alpha) * KL(teacher || model)``."""
+    import torch
+    import torch.nn.functional as F
+
+    def loss_fn(x):
+        inp, tgt = x[:, :-1], x[:, 1:].reshape(-1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(input_ids=inp).logits
+        logits = logits.float().flatten(0, 1)
+        ce = F.cross_entropy(logits, tgt)
+        if teacher is None:
+            return ce, ce
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            t_logits = teacher(input_ids=inp).logits
+        t_logp = F.log_softmax(t_logits.float().flatten(0, 1), dim=-1)
+        kl = F.kl_div(F.log_softmax(logits, dim=-1), t_logp, log_target=True, reduction="batchmean")
+        return alpha * ce + (1 - alpha) * kl, ce
+
+    return loss_fn
+
+
+def init_job(job: Job, eot: int):
+    """Model, optimizer, metadata (resumed from ``job.state_dir`` when possible), teacher."""
+    model = build_model(job.size, job.preset, eot, job.seed + ROLES.index(job.role))
+    opt = make_optimizer(model, job.hp)
+    meta = {
+        "role": job.role,
+        "preset": job.preset.name,
+        "step": 0,
+        "total_steps": job.steps,
+        "tokens_seen": 0,
+        "train_seconds": 0.0,
+        "seed": job.seed,
+        "size": asdict(job.size),
+        "hparams": asdict(job.hp),
+        "seq_len": job.preset.seq_len,
+        "distill_alpha": job.distill_alpha,
+        "tokenizer_sha256": file_sha256(job.tokenizer_path),
+        "params": n_params(model),
+        "loss_ema": None,
+    }
+    if job.resume and (job.state_dir / "state.json").exists():
+        old = load_state(job.state_dir, model, opt)
+        for key in ("size", "seq_len", "seed", "tokenizer_sha256"):
+            if old[key] != meta[key]:
+                sys.exit(f"{job.state_dir}: saved {key} {old[key]!r} != {meta[key]!r}; use --no-resume")
+        meta = old
+        if job.steps is not None:
+            meta["total_steps"] = job.steps
+        print(f"[{job.role}] resumed at step {meta['step']} from {job.state_dir}", file=sys.stderr)
+    teacher = None
+    if job.teacher_dir is not None:
+        teacher = load_hf_model(job.teacher_dir, "float32")
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+    return model, opt, meta, teacher
+
+
+REFINE_AT = (0.1, 0.5)  # fractions of the budget at which total_steps is re-estimated
+GRACE = 1.25  # hard stop at GRACE * budget when the estimate was too optimistic
+
+
+def update_total(meta: dict, job: Job, t_run0: float, t_calib: float, calib_step: int) -> None:
+    """Fit ``total_steps`` to the time budget from the speed measured since ``calib_step``.
+
+    First estimated after ``calib_steps`` steps, refined at each fraction in REFINE_AT of the
+    budget, then frozen (stored in the state: a resumed run keeps it).  No-op with ``--steps``.
+    """
+    done, elapsed, budget = meta["step"] - calib_step, time.time() - t_run0, job.hp.minutes * 60
+    stage = meta.get("estimate_stage", 0)
+    if job.steps is not None or stage > len(REFINE_AT) or done < job.calib_steps:
+        return
+    if stage > 0 and elapsed < REFINE_AT[stage - 1] * budget:
+        return
+    sec_per_step = (time.time() - t_calib) / done
+    meta["total_steps"] = meta["step"] + max(1, int(0.98 * (budget - elapsed) / sec_per_step))
+    meta["estimate_stage"] = stage + 1
+
+
+def train_step(model, opt, loss_fn, x, grad_clip: float) -> float:
+    """One optimizer step; returns the batch cross-entropy."""
+    import torch
+
+    loss, ce = loss_fn(x)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return ce.detach().item()
+
+
+def stop_reason(job: Job, meta: dict, start: int, elapsed: float) -> str | None:
+    if job.stop_after is not None and meta["step"] - start >= job.stop_after:
+        return f"--stop-after {job.stop_after}"
+    if elapsed > GRACE * job.hp.minutes * 60 and meta["step"] < (meta["total_steps"] or 0):
+        return f"time budget ({GRACE} x {job.hp.minutes} min)"
+    return None
+
+
+def progress_bar(job: Job, meta: dict):
+    from tqdm import tqdm
+
+    interval = 1.0 if sys.stderr.isatty() else 30.0  # keep nohup logs short
+    return tqdm(
+        total=meta["total_steps"], initial=meta["step"], desc=job.role, dynamic_ncols=True, mininterval=interval
+    )
+
+
+def finish(job: Job, model, opt, meta: dict, start: int, seconds: float) -> dict:
+    """Final training state + exported checkpoint ``out_dir/<role>``."""
+    meta.update(train_seconds=meta["train_seconds"] + seconds, start_step=start)
+    meta["finished"] = meta["step"] >= (meta["total_steps"] or 0)
+    save_state(job.state_dir, model, opt, meta)
+    export_checkpoint(model, job.tokenizer_path, job.out_dir / job.role, job.preset.final_dtype)
+    print(
+        f"[{job.role}] {meta['params'] / 1e6:.2f}M params, step {meta['step']}/{meta['total_steps']}, "
+        f"{meta['tokens_seen'] / 1e6:.2f}M tokens, train CE {meta['loss_ema']:.3f}, "
+        f"{meta['train_seconds'] / 60:.1f} min -> {job.out_dir / job.role}",
+        file=sys.stderr,
+    )
+    return meta
+
+
+def train_model(job: Job) -> dict:
+    """Train (or resume) one model, checkpoint it, export ``out_dir/<role>``; returns the metadata."""
+    import torch
+
+    model, opt, meta, teacher = init_job(job, eot_id(load_tokenizer(job.tokenizer_path)))
+    loss_fn = make_loss_fn(model, teacher, job.distill_alpha, job.autocast)
+    loss_fn = torch.compile(loss_fn) if job.compile else loss_fn
+    start, t0, t_calib, bar = meta["step"], time.time(), None, progress_bar(job, meta)
+    while meta["total_steps"] is None or meta["step"] < meta["total_steps"]:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(meta["step"], meta["total_steps"], job.hp)
+        x = sample_batch(job.tokens, job.seed, job.role, meta["step"], job.hp.batch_size, job.preset.seq_len)
+        ce = train_step(model, opt, loss_fn, x, job.hp.grad_clip)
+        meta["step"] += 1
+        meta["tokens_seen"] += x[:, 1:].numel()
+        meta["loss_ema"] = ce if meta["loss_ema"] is None else 0.95 * meta["loss_ema"] + 0.05 * ce
+        t_calib = time.time() if meta["step"] == start + 1 else t_calib  # step 1 includes compilation
+        update_total(meta, job, t0, t_calib, start + 1)
+        elapsed, bar.total = time.time() - t0, meta["total_steps"]
+        tok_s = (meta["step"] - start) * x[:, 1:].numel() / elapsed
+        postfix = {"ce": f"{meta['loss_ema']:.3f}", "lr": f"{opt.param_groups[0]['lr']:.1e}", "tok_s": f"{tok_s:.0f}"}
+        bar.set_postfix(postfix, refresh=False)
+        bar.update(1)
+        reason = stop_reason(job, meta, start, elapsed)
+        if reason:
+            print(f"\n[{job.role}] stopped by {reason} at step {meta['step']}/{meta['total_steps']}; rerun to resume")
+            break
+        if meta["step"] % job.ckpt_every == 0:
+            save_state(job.state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + elapsed})
+    bar.close()
+    return finish(job, model, opt, meta, start, time.time() - t0)

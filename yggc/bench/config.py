@@ -1,0 +1,64 @@
+"""What `yggc bench` runs: the rows, their order, the tuning grids and the workload (BenchConfig)."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import YggcError
+from ..plan.shape import TreeShape
+from ..runtime.models import DEMO_PAIR
+
+# table order = set-up order: eager rows first, so the compiled rows' RSS increments show only the bundle
+ROWS = ("hf-ar", "hf-assisted", "yggc-ar-eager", "yggc-chain", "yggc-tree-static", "yggc-ar-compiled", "yggc-full")
+HF_ROWS = frozenset({"hf-ar", "hf-assisted"})
+DRAFTER_ROWS = frozenset({"hf-assisted", "yggc-chain", "yggc-tree-static", "yggc-full"})
+BUNDLE_ROWS = frozenset({"yggc-ar-compiled", "yggc-full"})
+CHAIN_DEPTHS = (2, 3, 4, 6, 8)
+TREE_GRID = (TreeShape(3, 2, 6), TreeShape(4, 2, 8), TreeShape(4, 3, 8), TreeShape(5, 2, 10),
+             TreeShape(4, 4, 12), TreeShape(6, 3, 12))
+PROMPTS_FILE = DEMO_PAIR / "prompts.json"
+BENCH_PAIR = Path("~/.cache/yggc/pairs/bench").expanduser()
+BUNDLE_CACHE = Path("~/.cache/yggc/bundles").expanduser()
+RANDOM_PROMPT_LEN = 32
+TUNE_TOKENS = 64
+
+
+def log(msg: str) -> None:
+    print(f"yggc bench: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class BenchConfig:
+    verifier: Path
+    drafter: Path | None
+    bundle: Path | None = None  # None: compile one into BUNDLE_CACHE (or, with quick, use a cached one)
+    rows: tuple[str, ...] = ROWS
+    n_prompts: int = 4
+    n_new: int = 128
+    repeats: int = 3
+    temperature: float = 0.0
+    dtype: str = "float32"
+    max_seq: int = 1024
+    quick: bool = False
+    prompts_file: Path | None = None
+    chain_depths: tuple[int, ...] = CHAIN_DEPTHS
+    tree_grid: tuple[TreeShape, ...] = TREE_GRID
+    bundle_cache: Path = BUNDLE_CACHE
+    bandwidth_mb: int = 256
+    floor_repeats: int = 20
+    json_path: Path | None = None
+    plot_path: Path | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def parse_shape(text: str) -> TreeShape:
+    """'4x2x8' (DxWxV) -> TreeShape."""
+    try:
+        depth, width, verify = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise YggcError(f"tree shapes are written DxWxV like 4x2x8, got {text!r}") from None
+    return TreeShape.from_args(depth, width, verify)

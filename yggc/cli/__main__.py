@@ -1,0 +1,6 @@
+"""`python -m yggc.cli ...` runs the `yggc` command."""
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,148 @@
+"""`yggc bench`: flags and the hook the CLI calls (the harness itself is yggc.bench, imported lazily)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .arg_types import comma_list, whole_number
+
+POSITIVE = whole_number(1)
+QUICK = {"prompts": 2, "n": 32, "repeats": 1}
+FULL = {"prompts": 4, "n": 128, "repeats": 3}
+DESCRIPTION = (
+    "Benchmark yggc against transformers (greedy generate and assisted generation) on held-out prompts, all "
+    "rows in one process, interleaved per prompt, warm-up excluded: TPOT median/p90, tokens/s, mean accepted "
+    "length, speedups, peak RSS, verify step vs the memory-bandwidth floor, and whether every yggc row's "
+    "greedy tokens equal the verifier's own (exit 1 if not).")
+
+
+def _depths(text: str) -> list[int]:
+    return [POSITIVE(t) for t in comma_list(text)]
+
+
+def add_bench_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", type=Path, metavar="VERIFIER_DIR",
+                   help="verifier checkpoint; default: the bundle's, else the benchmark pair in "
+                        "~/.cache/yggc/pairs/bench, else the embedded demo pair")
+    p.add_argument("-md", "--model-draft", type=Path, metavar="DRAFTER_DIR", help="drafter checkpoint")
+    p.add_argument("--bundle", type=Path, help="compiled bundle for the compiled rows; default: compile one into "
+                   "the cache for the tuned tree shape (--quick only uses one already there)")
+    p.add_argument("--rows", "--systems", dest="rows", type=comma_list, metavar="A,B",
+                   help="rows to run (default all): hf-ar,hf-assisted,yggc-ar-eager,yggc-chain,yggc-tree-static,"
+                        "yggc-ar-compiled,yggc-full")
+    p.add_argument("--prompts", type=POSITIVE, help="measured prompts (default 4; --quick 2)")
+    p.add_argument("-n", "--n-predict", dest="n", type=POSITIVE, help="new tokens per prompt (default 128; --quick 32)")
+    p.add_argument("--repeats", type=POSITIVE, help="runs per prompt and row (default 3; --quick 1)")
+    p.add_argument("--temp", type=float, default=0.0,
+                   help="temperature; 0 = greedy (default), > 0 samples and reports acceptance only")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: the bundle's, else float32")
+    p.add_argument("--max-seq", type=POSITIVE, help="KV cache capacity (default: the bundle's, else min(model, 2048))")
+    p.add_argument("--threads", type=POSITIVE,
+                   help="torch intra-op threads (default: torch's; --quick: 1). On a busy machine use fewer "
+                        "threads than idle cores: a parallel region waits for its slowest, descheduled thread")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test (CI): the demo pair unless -m, 2 prompts x 32 tokens, 1 repeat, 1 thread; compiled rows only "
+                        "with --bundle or a bundle already in the cache")
+    p.add_argument("--prompts-file", type=Path, help="JSON {\"prompts\": [{\"text\": ...}]} (default: the shipped "
+                   "held-out stdlib prompts)")
+    p.add_argument("--chain-depths", type=_depths, help="chain depths D tried for yggc-chain (default 2,3,4,6,8)")
+    p.add_argument("--tree-grid", type=comma_list, metavar="DxWxV,...",
+                   help="static trees tried for yggc-tree-static (default 3x2x6,4x2x8,4x3x8,5x2x10,4x4x12,6x3x12)")
+    p.add_argument("--bundle-cache", type=Path, help="where compiled bundles are cached (default ~/.cache/yggc/bundles)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
+    p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
+
+
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("bench", help="benchmark yggc against transformers on this machine",
+                              description=DESCRIPTION)
+    add_bench_args(p)
+    return p
+
+
+def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    from ..bench.config import BENCH_PAIR
+    from ..errors import YggcError
+    from ..runtime import models
+
+    if args.model_draft is not None and args.model is None:
+        raise YggcError("-md needs -m: name the verifier the drafter belongs to")
+    if args.model is not None:
+        return args.model, args.model_draft
+    if args.bundle is not None:
+        return args.bundle / "verifier", args.bundle / "drafter"
+    if not args.quick and all((BENCH_PAIR / r / "config.json").exists() for r in ("verifier", "drafter")):
+        return BENCH_PAIR / "verifier", BENCH_PAIR / "drafter"
+    return models.demo_pair_dirs()
+
+
+def make_config(args: argparse.Namespace):
+    from ..bench.config import BUNDLE_CACHE, CHAIN_DEPTHS, ROWS, TREE_GRID, BenchConfig, parse_shape
+    from ..bundle import load_manifest
+    from ..errors import YggcError
+    from ..runtime import models
+
+    verifier, drafter = resolve_pair(args)
+    manifest = load_manifest(args.bundle) if args.bundle is not None else None
+    rows = args.rows or list(ROWS)
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        raise YggcError(f"unknown row {unknown[0]!r}; rows are {','.join(ROWS)}")
+    sizes = QUICK if args.quick else FULL
+    return BenchConfig(
+        verifier=verifier, drafter=drafter, bundle=args.bundle,
+        rows=tuple(r for r in ROWS if r in rows),
+        n_prompts=args.prompts or sizes["prompts"], n_new=args.n or sizes["n"],
+        repeats=args.repeats or sizes["repeats"], temperature=args.temp,
+        dtype=args.dtype or (manifest.dtype if manifest else "float32"),
+        max_seq=args.max_seq or (manifest.max_seq if manifest else models.context_length(verifier, None)),
+        quick=args.quick, prompts_file=args.prompts_file,
+        chain_depths=tuple(args.chain_depths) if args.chain_depths else CHAIN_DEPTHS,
+        tree_grid=tuple(parse_shape(s) for s in args.tree_grid) if args.tree_grid else TREE_GRID,
+        bundle_cache=args.bundle_cache or BUNDLE_CACHE,
+        bandwidth_mb=64 if args.quick else 256, floor_repeats=5 if args.quick else 20,
+        json_path=args.json, plot_path=args.plot,
+    )
+
+
+def warn_if_busy(threads: int) -> None:
+    from ..runtime.timing import busy_warning
+
+    warning = busy_warning(threads)
+    if warning:
+        print(f"yggc bench: warning: {warning} (try --threads 1)", file=sys.stderr)
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    """Run the benchmark; the table goes to stdout. Exit 1 if a yggc row's greedy tokens differ."""
+    import torch
+
+    from ..bench.harness import run_benchmark
+    from ..errors import YggcError
+
+    if args.temp < 0:
+        raise YggcError(f"--temp must be >= 0, got {args.temp}")
+    threads = args.threads or (1 if args.quick else None)  # --quick checks tokens, not times
+    if threads:
+        torch.set_num_threads(threads)
+    warn_if_busy(torch.get_num_threads())
+    report = run_benchmark(make_config(args))
+    print(report.text)
+    for failure in report.failures:
+        print(f"yggc bench: FAIL: {failure}; yggc must reproduce the verifier's greedy tokens", file=sys.stderr)
+    return 1 if report.failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (tools/bench.py): the same flags as `yggc bench`."""
+    from ..errors import USER_ERRORS
+
+    parser = argparse.ArgumentParser(prog="bench.py", description=DESCRIPTION)
+    add_bench_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        return bench_command(args)
+    except USER_ERRORS as e:
+        print(f"yggc: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,93 @@
+"""`yggc compile`: checks the flags, then hands a CompileJob to the compile pipeline (yggc.passes)."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import YggcError
+from ..runtime import models
+from ..runtime.device import resolve_device
+from .run import tree_shape
+
+if TYPE_CHECKING:
+    from ..passes.calibrate import CalibrationSpec
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # so the bundle writer deletes its partial directory on `kill` too
+
+
+def compile_command(args: argparse.Namespace) -> int:
+    from ..passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    check_target(args)  # before anything slow
+    verifier_dir, drafter_dir = compile_pair(args)
+    calib = calibration_spec(args)
+    job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
+                     None if calib else tree_shape(args), models.parse_dtype(args.dtype),
+                     models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite, opt=args.opt,
+                     calib=calib, backend=args.backend)
+    warn_if_busy()
+    compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
+    return 0
+
+
+def check_target(args: argparse.Namespace) -> None:
+    """The device exists and the backend can build for it."""
+    if args.backend == "tensorrt" and args.device != "cuda":
+        raise YggcError("--backend tensorrt builds TensorRT engines for NVIDIA GPUs; add --device cuda "
+                        "or use --backend inductor")
+    resolve_device(args.device)
+    if args.backend == "tensorrt":
+        from ..runtime.tensorrt_buckets import require_tensorrt
+
+        require_tensorrt()
+
+
+def compile_pair(args: argparse.Namespace) -> tuple[Path, Path]:
+    """-m/-md, or the embedded demo pair (with its own calibration text unless a shape is given)."""
+    if args.model is None and args.model_draft is None:
+        if not args.calib and not (args.depth or args.width or args.verify):
+            args.calib = [str(models.DEMO_CALIB)]
+        return models.demo_pair_dirs()
+    if args.model is None or args.model_draft is None:
+        raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
+    return Path(args.model), Path(args.model_draft)
+
+
+def warn_if_busy() -> None:
+    import torch
+
+    from ..runtime.timing import busy_warning
+
+    warning = busy_warning(torch.get_num_threads())
+    if warning:
+        print(f"yggc compile: warning: {warning}; the profile, and the tree shape chosen from it, may be off",
+              file=sys.stderr)
+
+
+def calibration_spec(args: argparse.Namespace) -> CalibrationSpec | None:
+    """--calib and the tree flags given with it -> the search the calibrate and choose-shape passes run."""
+    from ..passes.calibrate import CalibrationSpec, read_calibration_text
+
+    if not args.calib:
+        return None
+    files = tuple(Path(f) for f in args.calib)
+    read_calibration_text(files)  # a bad file fails here, before anything slow
+    if args.depth == 0 or args.width == 0:
+        raise YggcError("--depth and --width must be >= 1")
+    default = CalibrationSpec(files)
+    spec = CalibrationSpec(files, args.calib_prompts, default.prompt_tokens, args.calib_tokens,
+                           max_depth=args.depth or default.max_depth,
+                           widths=(args.width,) if args.width else default.widths,
+                           pin_depth=args.depth, pin_verify=args.verify)
+    if spec.new_tokens <= spec.max_depth:
+        raise YggcError(f"--calib-tokens must exceed the deepest calibrated tree ({spec.max_depth}), got "
+                        f"{spec.new_tokens}")
+    if args.verify is not None and not 1 <= args.verify <= spec.max_depth * max(spec.widths):
+        raise YggcError(f"--verify must be in 1..depth*width = {spec.max_depth * max(spec.widths)}, got {args.verify}")
+    return spec

@@ -1,0 +1,75 @@
+"""`yggc inspect` and `yggc profile`: a bundle's manifest, plan, buckets and stage latencies, read as JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..bundle import load_manifest
+from ..errors import YggcError
+
+
+def read_bundle_json(root: Path, name: str) -> dict:
+    path = root / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    load_manifest(args.bundle)  # a bundle, not any folder with a profile.json
+    profile = read_bundle_json(Path(args.bundle), "profile.json")
+    if not profile:
+        raise YggcError(f"{args.bundle} has no profile.json; re-run `yggc compile`")
+    print_profile(profile)
+    if args.plot:
+        from .profile_plot import plot_profile
+
+        print(f"wrote {plot_profile(profile, Path(args.plot))}", file=sys.stderr)
+    return 0
+
+
+def print_profile(profile: dict) -> None:
+    for name, entry in profile.get("models", {}).items():
+        widths = ", ".join(f"W={w}: {ms:.3f} ms" for w, ms in entry["bucket_ms"].items())
+        print(f"  {name} buckets: {widths}")
+        c = entry["cost_curve"]
+        print(f"  {name} cost curve: T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x max(0, W - {c['knee']:g})")
+    for phase, ms in profile.get("phase_ms", {}).items():
+        print(f"  {phase} phase (one call): {ms:.3f} ms")
+    for stage, ms in profile.get("host_ms", {}).items():
+        print(f"  host {stage}: {ms:.4f} ms")
+
+
+def print_plan(plan: dict) -> None:
+    print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')} "
+          f"({plan.get('source', 'unknown source')})")
+    best = plan.get("objective")
+    if best:
+        print(f"  objective: {best['tokens_per_iter']:.2f} tokens/iteration, {best['iteration_ms']:.3f} ms/iteration, "
+              f"estimated {best['speedup']:.2f}x over the verifier alone")
+        for c in plan.get("candidates", [])[1:5]:
+            print(f"    next: D={c['depth']} W={c['width']} V={c['verify']}: {c['tokens_per_iter']:.2f} tokens/iteration, "
+                  f"estimated {c['speedup']:.2f}x")
+
+
+def inspect_command(args: argparse.Namespace) -> int:
+    manifest = load_manifest(args.bundle)
+    root = Path(args.bundle)
+    profile, plan = read_bundle_json(root, "profile.json"), read_bundle_json(root, "plan.json")
+    if args.json:
+        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile, "plan": plan}, indent=2))
+        return 0
+    m = manifest
+    print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
+    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.extra.get('opt', 'O1')}, max_seq {m.max_seq}, "
+          f"created {m.created}")
+    print_plan(plan)
+    print("  buckets:")
+    bucket_ms = {name: m.get("bucket_ms", {}) for name, m in profile.get("models", {}).items()}
+    phase_ms = profile.get("phase_ms", {})
+    for b in m.buckets:
+        ms = (bucket_ms.get(b["model"], {}).get(str(b["width"])) if b["kind"] == "forward"
+              else phase_ms.get(b["kind"].split("_")[0]))
+        print(f"    {b['name']:<20} {b['kind']:<13} {ms:9.3f} ms" if ms is not None else f"    {b['name']}")
+    print_profile(profile)
+    return 0

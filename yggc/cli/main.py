@@ -1,0 +1,144 @@
+"""`yggc` command line: argument parsing only; the work lives in the modules it calls."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import warnings
+
+from .. import __version__
+from ..errors import USER_ERRORS
+from .arg_types import token_ids, whole_number
+from .bench import add_bench_parser, bench_command
+
+# Known third-party deprecation notices that say nothing to a yggc user: (category, message prefix).
+# torch.export prints the first one twice per exported bucket (torch 2.13).
+THIRD_PARTY_NOISE = (
+    (FutureWarning, "`isinstance(treespec, LeafSpec)` is deprecated"),
+)
+NON_NEGATIVE = whole_number(0)
+POSITIVE = whole_number(1)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-m", "--model", metavar="VERIFIER_DIR",
+                   help="verifier checkpoint folder (HF format); default: the embedded demo pair (with its drafter)")
+    p.add_argument("-md", "--model-draft", metavar="DRAFTER_DIR",
+                   help="drafter checkpoint folder sharing the verifier's tokenizer")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and KV cache dtype")
+    p.add_argument("--max-seq", type=NON_NEGATIVE, default=None,
+                   help="KV cache capacity in tokens (prompt + output); default min(model limit, 2048)")
+
+
+def add_decode_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("-p", "--prompt", help="prompt text")
+    src.add_argument("--prompt-ids", type=token_ids, metavar="1,2,3", help="prompt as token ids")
+    p.add_argument("-n", "--n-predict", type=NON_NEGATIVE, default=128, help="new tokens at most (default 128)")
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
+    p.add_argument("--top-k", type=NON_NEGATIVE, default=0, help="sample from the k likeliest tokens (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
+
+
+def add_tree_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--depth", type=NON_NEGATIVE, default=None,
+                   help="draft depth D (drafter calls per iteration; default 4, the bundle's plan, or chosen by "
+                        "--calib)")
+    p.add_argument("--width", type=NON_NEGATIVE, default=None,
+                   help="draft width W (new nodes per draft step; 1 = chain; default 2, the bundle's plan, or "
+                        "chosen by --calib)")
+    p.add_argument("--verify", type=NON_NEGATIVE, default=None, help="verify nodes V (default D*W)")
+    p.add_argument("--chain-rule", choices=["block", "token"], default="block",
+                   help="verification rule for chains (W=1) when sampling (default block)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="yggc", description="Latency-optimal tree speculative decoding on a static-graph runtime.")
+    parser.add_argument("--version", action="version", version=f"yggc {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="decode one prompt, streaming text to stdout",
+        description="Decode one prompt. With BUNDLE: the compiled bundle's tree speculative decoding. "
+                    "Without: eager decoding of -m alone (autoregressive) or, with -md, tree speculative "
+                    "decoding (Equal-Growth Tree of --depth x --width, pruned to --verify nodes). "
+                    "Output equals the verifier's own greedy decoding token for token.")
+    run.add_argument("bundle", nargs="?", help="a bundle written by `yggc compile` (optional)")
+    add_model_args(run)
+    add_decode_args(run)
+    add_tree_args(run)
+    run.add_argument("--no-spec", action="store_true", help="with BUNDLE: decode autoregressively (baseline)")
+
+    comp = sub.add_parser(
+        "compile", help="compile a drafter/verifier pair into a graph bundle",
+        description="Lower drafter and verifier into fixed-width AOTInductor buckets, profile every bucket "
+                    "and host stage, choose the tree shape (D, W, V) by the latency objective from calibration "
+                    "text (--calib; the demo pair brings its own) or take it from the flags, and write a "
+                    "self-contained bundle (atomically).")
+    add_model_args(comp)
+    add_tree_args(comp)
+    comp.add_argument("--calib", nargs="+", metavar="FILE",
+                      help="calibration text files: decode them to measure acceptance and let the latency "
+                           "objective choose --depth/--width/--verify (flags given too stay fixed)")
+    comp.add_argument("--calib-prompts", type=POSITIVE, default=16,
+                      help="windows of the calibration text decoded per candidate width (default 16)")
+    comp.add_argument("--calib-tokens", type=POSITIVE, default=64,
+                      help="greedy tokens decoded after each calibration window (default 64)")
+    comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
+    comp.add_argument("--opt", default="O1", choices=["O1", "O2"],
+                      help="O1 (default): weights shared by all buckets. O2: weights frozen into each bucket with "
+                           "max-autotune GEMMs: faster small steps, bigger bundle, much longer compile")
+    comp.add_argument("--backend", default="inductor", choices=["inductor", "tensorrt"],
+                      help="forward-bucket compiler: inductor (default; CPU and CUDA) or tensorrt (CUDA only, "
+                           "needs `pip install 'yggc[tensorrt]'`)")
+    comp.add_argument("-o", "--output", required=True, help="bundle directory to write")
+    comp.add_argument("--overwrite", action="store_true", help="replace an existing bundle at -o")
+
+    insp = sub.add_parser("inspect", help="show a bundle's manifest, buckets and profile")
+    insp.add_argument("bundle", help="a bundle written by `yggc compile`")
+    insp.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
+    prof = sub.add_parser("profile", help="show a bundle's measured stage latencies and cost curves")
+    prof.add_argument("bundle", help="a bundle written by `yggc compile`")
+    prof.add_argument("--plot", metavar="OUT.png", help="also draw the measured points and fitted curves")
+    add_bench_parser(sub)
+    return parser
+
+
+def silence_third_party_noise() -> None:
+    """Hide THIRD_PARTY_NOISE (raised in this process, by torch.export); every other warning still shows."""
+    for category, prefix in THIRD_PARTY_NOISE:
+        warnings.filterwarnings("ignore", message=re.escape(prefix), category=category)
+
+
+def main(argv: list[str] | None = None) -> int:
+    silence_third_party_noise()
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            from .run import run_command
+            return run_command(args)
+        if args.command == "compile":
+            from .compile import compile_command
+            return compile_command(args)
+        if args.command == "inspect":
+            from .inspect import inspect_command
+            return inspect_command(args)
+        if args.command == "profile":
+            from .inspect import profile_command
+            return profile_command(args)
+        if args.command == "bench":
+            return bench_command(args)
+    except USER_ERRORS as e:
+        print(f"yggc: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("yggc: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (`yggc inspect B | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    return 0
+

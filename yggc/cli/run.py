@@ -1,0 +1,74 @@
+"""`yggc run`: load a bundle or checkpoints, decode one prompt, stream text and report stats."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import YggcError
+from ..plan.shape import TreeShape
+from ..runtime import models
+from ..runtime.autoregressive import AutoregressiveDecoder
+from ..runtime.detokenize import StreamDecoder
+from ..runtime.speculative import SpeculativeDecoder
+from ..tree.sampling import SamplingParams
+
+DEFAULT_DEPTH, DEFAULT_WIDTH = 4, 2
+
+
+def tree_shape(args: argparse.Namespace, plan: TreeShape | None = None) -> TreeShape:
+    depth = args.depth or (plan.depth if plan else DEFAULT_DEPTH)
+    width = args.width or (plan.width if plan else DEFAULT_WIDTH)
+    verify = args.verify or (plan.verify if plan and (depth, width) == (plan.depth, plan.width) else None)
+    return TreeShape.from_args(depth, width, verify)
+
+
+def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.LoadedModel | None]:
+    dtype = models.parse_dtype(args.dtype)
+    verifier_dir, drafter_dir = args.model, args.model_draft
+    if verifier_dir is None:
+        if drafter_dir is not None:
+            raise YggcError("-md needs -m: name the verifier the drafter belongs to")
+        verifier_dir, drafter_dir = models.demo_pair_dirs()
+    max_seq = models.context_length(verifier_dir, args.max_seq)
+    if drafter_dir is None:
+        return models.load(verifier_dir, dtype, max_seq), None
+    return models.load_pair(verifier_dir, drafter_dir, dtype, max_seq)
+
+
+def eager_decoder(args: argparse.Namespace):
+    verifier, drafter = load_models(args)
+    if drafter is None:
+        return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
+    dec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), args.chain_rule)
+    return verifier, dec
+
+
+def bundle_decoder(args: argparse.Namespace):
+    from ..runtime.runtime import Runtime
+
+    if args.model or args.model_draft or args.max_seq or args.dtype != "float32":
+        raise YggcError("a bundle fixes its models, dtype and --max-seq; drop -m/-md/--dtype/--max-seq "
+                        "or re-run `yggc compile` with them")
+    rt = Runtime.load(args.bundle)
+    return rt.verifier, rt.decoder(not args.no_spec, tree_shape(args, rt.shape), args.chain_rule)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed)
+    verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
+    prompt_ids = args.prompt_ids if args.prompt_ids is not None else models.encode_prompt(verifier.tokenizer, args.prompt)
+    text = StreamDecoder(verifier.tokenizer)
+    for tokens in decoder.stream(prompt_ids, args.n_predict, params, verifier.eos_ids):
+        piece = text.push(tokens)
+        if piece and not args.json:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+    stats = decoder.stats
+    if args.json:
+        print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary()}))
+    else:
+        print()
+        for line in stats.log_lines():
+            print(f"yggc: {line}", file=sys.stderr)
+    return 0

@@ -1,0 +1,88 @@
+"""Acceptance statistics from calibration decoding, for every tree shape at once (no model calls here).
+
+A calibration run decodes greedily with the largest tree of one width W (depth D_max, all D_max*W
+nodes verified) and keeps each iteration's draft tree with the verifier's own continuation after its
+root (greedy output is lossless, so the decoded sequence *is* that continuation). Two facts make one
+run price every smaller shape of the same width exactly:
+  - EGT nodes are numbered in growth order, so the first 1 + D*W nodes are the depth-D tree;
+  - top-V pruning keeps a prefix of one ranking (`prune.rank_nodes`), so the accepted length under
+    every V follows from the ranks along the single path that matches the continuation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..tree.prune import rank_nodes
+from ..tree.token_tree import TokenTree
+from .shape import TreeShape
+
+
+@dataclass
+class TreeSample:
+    tree: TokenTree           # a depth-D_max EGT of width W as drafted (node ids in growth order)
+    width: int
+    continuation: list[int]   # the verifier's next D_max tokens after the tree's root
+
+
+def truncate(tree: TokenTree, n_nodes: int) -> TokenTree:
+    """The tree as it stood after its first n_nodes - 1 grown nodes."""
+    return TokenTree(tree.tokens, tree.parents, tree.depth, tree.cum_logp, n_nodes)
+
+
+def matching_path(tree: TokenTree, continuation: list[int]) -> list[int]:
+    """Node ids of the longest root path whose tokens equal the continuation (siblings differ in token)."""
+    tokens, parents = tree.tokens[: tree.n_nodes].tolist(), tree.parents[: tree.n_nodes].tolist()
+    path, node = [], 0
+    for want in continuation:
+        child = next((i for i in range(1, tree.n_nodes) if parents[i] == node and tokens[i] == want), None)
+        if child is None:
+            break
+        path.append(child)
+        node = child
+    return path
+
+
+def accepted_by_budget(tree: TokenTree, continuation: list[int]) -> list[int]:
+    """[V] -> greedy accepted drafts when the tree is pruned to its top V nodes, for V = 0..n_nodes-1."""
+    ranked = rank_nodes(tree).tolist()
+    rank = {node: r for r, node in enumerate(ranked)}
+    # ranks grow along a path, so under budget V exactly the path nodes ranked below V are kept and accepted
+    path_ranks = [rank[i] for i in matching_path(tree, continuation)]
+    return [sum(r < v for r in path_ranks) for v in range(tree.n_nodes)]
+
+
+def tokens_per_iteration(samples: list[TreeSample], max_depth: int) -> dict[TreeShape, float]:
+    """Mean tokens per iteration (accepted + the bonus token) of every (D <= max_depth, W, V <= D*W)."""
+    sums: dict[TreeShape, float] = {}
+    counts: dict[int, int] = {}
+    for s in samples:
+        counts[s.width] = counts.get(s.width, 0) + 1
+        for depth in range(1, max_depth + 1):
+            accepted = accepted_by_budget(truncate(s.tree, 1 + depth * s.width), s.continuation)
+            for verify in range(1, depth * s.width + 1):
+                shape = TreeShape(depth, s.width, verify)
+                sums[shape] = sums.get(shape, 0.0) + accepted[verify] + 1
+    return {shape: total / counts[shape.width] for shape, total in sums.items()}
+
+
+def acceptance_rates(samples: list[TreeSample]) -> list[float]:
+    """[d] -> P(the d+1-th draft is accepted | the first d were) for full trees, the calibration's summary.
+    A path the tree never grew that deep counts as a rejection: this is the acceptance of the tree as drafted."""
+    reached, accepted = [], []
+    for s in samples:
+        k = len(matching_path(s.tree, s.continuation))
+        for d in range(len(s.continuation)):
+            if d >= len(reached):
+                reached.append(0)
+                accepted.append(0)
+            if k >= d:
+                reached[d] += 1
+                accepted[d] += int(k > d)
+    return [a / r if r else 0.0 for a, r in zip(accepted, reached)]
+
+
+def as_tree_sample(tree: TokenTree, width: int, continuation: list[int]) -> TreeSample:
+    """A host copy of a drafted tree (the decoder reuses its device tensors)."""
+    copy = TokenTree(tree.tokens.cpu().clone(), tree.parents.cpu().clone(), tree.depth.cpu().clone(),
+                     tree.cum_logp.cpu().clone(), tree.n_nodes)
+    return TreeSample(copy, width, continuation)

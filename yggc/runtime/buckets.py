@@ -1,0 +1,101 @@
+"""Compiled fixed-width buckets behind the graph's one forward signature.
+
+A bucket is an AOTInductor package (.pt2) for one model at one input width W, with the cache view
+length S dynamic. Packages hold no weights: every bucket of a model shares that model's parameters
+and its static KV cache (loaded as user-managed constants), so a write by one bucket is seen by all.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import YggcError
+from .cache_layout import VIEW_ALIGN
+from .cuda_graphs import CudaGraphRunner
+
+
+def bucket_name(model: str, width: int) -> str:
+    return f"{model}_w{width}"
+
+
+def graph_constants(graph: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer by name, tied ones under each of their names."""
+    consts = dict(graph.named_parameters(remove_duplicate=False))
+    consts.update(graph.named_buffers(remove_duplicate=False))
+    return consts
+
+
+def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1"):
+    """Load a package and bind it to `graph`'s tensors before it can ever be called.
+
+    O1 packages get every weight and buffer; O2 packages carry frozen weights and get the buffers
+    (the KV cache) only, so all buckets still read and write one cache."""
+    try:
+        runner = torch._inductor.aoti_load_package(str(path))
+    except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
+        raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
+    consts = graph_constants(graph)
+    names = runner.get_constant_fqns()
+    if opt == "O2":
+        buffers = dict(graph.named_buffers(remove_duplicate=False))
+        names = [n for n in names if n in buffers]
+    missing = [n for n in names if n not in consts]
+    if missing:
+        raise YggcError(f"compiled bucket {path.name} expects tensor {missing[0]!r} the model lacks; "
+                        "re-run `yggc compile`")
+    # Calling the package before its constants are bound would crash the process, hence here, at once.
+    runner.load_constants({n: consts[n] for n in names}, check_full_update=opt == "O1", user_managed=True)
+    return runner
+
+
+def view_lengths(max_seq: int) -> list[int]:
+    """Every cache view length CacheLayout.view can return."""
+    return sorted({min(s, max_seq) for s in range(VIEW_ALIGN, max_seq + VIEW_ALIGN, VIEW_ALIGN)})
+
+
+def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGraphRunner:
+    """One CUDA graph per view length; dummy inputs write only the trash slot, so capture is harmless."""
+    graphed = CudaGraphRunner(runner)
+    long = {"dtype": torch.long, "device": "cuda"}
+    for view in view_lengths(max_seq):
+        slots = torch.full((width,), trash, **long)
+        graphed.capture((torch.zeros(width, **long), torch.zeros(width, **long), slots,
+                         torch.ones(width, view, dtype=torch.bool, device="cuda")))
+    return graphed
+
+
+def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor"):
+    if backend == "tensorrt":
+        from .tensorrt_buckets import load_tensorrt_bucket  # imports torch_tensorrt: only when asked for
+
+        return load_tensorrt_bucket(path, graph)
+    return load_bucket(path, graph, opt)
+
+
+class CompiledModel:
+    """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise)."""
+
+    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
+                 backend: str = "inductor"):
+        self.graph, self.cfg, self.opt, self.backend = graph, graph.cfg, opt, backend
+        self.runners: dict[int, object] = {}
+        self.add_buckets(packages)
+
+    def add_buckets(self, packages: dict[int, Path]) -> None:
+        """Load (and on CUDA, graph-capture) more width -> package buckets."""
+        for w, path in sorted(packages.items()):
+            run = load_forward_bucket(path, self.graph, self.opt, self.backend)
+            if next(self.graph.parameters()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
+                max_seq = self.graph.n_slots - 1
+                run = capture_cuda_graphs(run, w, max_seq, max_seq)
+            self.runners[w] = run
+
+    def __call__(self, input_ids, position_ids, cache_slots, attn_mask) -> torch.Tensor:
+        run = self.runners.get(input_ids.shape[0])
+        if run is None:
+            return self.graph(input_ids, position_ids, cache_slots, attn_mask)
+        return run(input_ids, position_ids, cache_slots, attn_mask)
+
+    def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
+        self.graph.move_kv(src_slots, dst_slots)

@@ -1,0 +1,53 @@
+"""The whole EGT draft phase as one fixed-shape module: head step + D-1 tree steps + top-W selection.
+
+No Python control flow depends on data, so one export compiles D drafter calls and the on-device
+top-W growth into a single call (yggdrasil.txt, section 4.2: all draft graphs launched at once).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..plan.shape import HEAD_WIDTH
+from ..tree.egt import egt_frontier, egt_init, egt_step
+from ..tree.token_tree import tree_mask
+
+
+def align_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Drafter logits [W, Vd] -> [W, vocab]: drop padding rows or give missing ids -inf."""
+    if logits.shape[-1] >= vocab:
+        return logits[..., :vocab]
+    pad = logits.new_full((*logits.shape[:-1], vocab - logits.shape[-1]), float("-inf"))
+    return torch.cat([logits, pad], dim=-1)
+
+
+class DraftPhase(nn.Module):
+    def __init__(self, drafter: nn.Module, depth: int, width: int, vocab: int, trash: int):
+        super().__init__()
+        self.drafter, self.depth, self.width, self.vocab, self.trash = drafter, depth, width, vocab, trash
+
+    def head(self, pending_tokens, root_row, n, view_slots) -> torch.Tensor:
+        """Feed the tokens the drafter has not seen, root last at slot n (padding rows go to the trash
+        slot) -> root logits [vocab]. pending_tokens [2], root_row [] (index of the root), n []."""
+        rows = torch.arange(HEAD_WIDTH, device=pending_tokens.device)
+        slots = torch.where(rows <= root_row, n - root_row + rows, self.trash)  # position = slot
+        mask = view_slots[None, :] <= slots[:, None]  # causal; padding rows see everything harmlessly
+        logits = self.drafter(pending_tokens, slots, slots, mask)  # [2, Vd]
+        return align_vocab(logits.index_select(0, root_row.view(1))[0], self.vocab)
+
+    def forward(self, pending_tokens, meta, view_slots, moves):
+        """pending_tokens [2] (root last), meta [2] = (root row, root slot n), view_slots [S] = arange(S)
+        (its length is the cache view), moves [2, D] = K/V (src, dst) slots the last acceptance left for
+        the drafter -> tree tokens, parents, depth [N] long, cum_logp [N], ancestors [N, N]; N = 1 + D*W."""
+        W, view = self.width, view_slots.shape[0]
+        root_row, n = meta[0], meta[1]
+        self.drafter.move_kv(moves[0], moves[1])
+        root_logits = self.head(pending_tokens, root_row, n, view_slots)
+        state = egt_init(0, self.depth, W, self.vocab)
+        state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), pending_tokens.index_select(0, root_row.view(1)))
+        state = egt_step(state, torch.log_softmax(root_logits, -1).expand(W, -1))
+        for _ in range(self.depth - 1):
+            f = egt_frontier(state)
+            logits = self.drafter(f.tokens, n + f.depth, n + f.ids, tree_mask(n, f.mask, view))
+            state = egt_step(state, torch.log_softmax(align_vocab(logits, self.vocab), -1))
+        return state.tokens, state.parents, state.depth, state.cum_logp, state.anc

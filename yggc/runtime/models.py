@@ -1,0 +1,80 @@
+"""Loading the verifier (and drafter) the user names, with the checks that must come first."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from ..errors import YggcError
+from ..graphs import LlamaGraph, check_pair, load_config, load_model, load_tokenizer
+from .cache_layout import CacheLayout
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DEMO_PAIR = Path(__file__).parent.parent / "demo_pair"
+DEMO_CALIB = DEMO_PAIR / "calib.txt"  # in-domain text (stdlib sources the demo pair was not tested on)
+DEFAULT_MAX_SEQ = 2048
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise YggcError(f"unknown dtype {name!r}; use float32 or bfloat16") from None
+
+
+def dtype_label(dtype: torch.dtype) -> str:
+    return "bfloat16" if dtype == torch.bfloat16 else "float32"
+
+
+def demo_pair_dirs() -> tuple[Path, Path]:
+    verifier, drafter = DEMO_PAIR / "verifier", DEMO_PAIR / "drafter"
+    if not (verifier / "config.json").exists():
+        raise YggcError(f"the embedded demo pair is missing from {DEMO_PAIR}; pass -m VERIFIER_DIR (reinstall yggc)")
+    return verifier, drafter
+
+
+@dataclass
+class LoadedModel:
+    graph: LlamaGraph
+    tokenizer: Tokenizer | None
+    layout: CacheLayout
+    path: Path
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return self.graph.cfg.eos_token_ids
+
+
+def context_length(model_dir: Path, max_seq: int | None) -> int:
+    limit = load_config(model_dir).max_position_embeddings
+    if max_seq is None:
+        return min(limit, DEFAULT_MAX_SEQ)
+    if not 1 < max_seq <= limit:
+        raise YggcError(f"--max-seq {max_seq} is outside 2..{limit} (the model's max_position_embeddings)")
+    return max_seq
+
+
+def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = "cpu") -> LoadedModel:
+    path = Path(model_dir)
+    layout = CacheLayout(max_seq)
+    return LoadedModel(load_model(path, layout.n_slots, dtype, device), load_tokenizer(path), layout, path)
+
+
+def model_device(model) -> torch.device:
+    """Where a graph (or a CompiledModel around one) keeps its weights."""
+    graph = getattr(model, "graph", model)
+    return next(graph.parameters()).device
+
+
+def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,
+              max_seq: int) -> tuple[LoadedModel, LoadedModel]:
+    check_pair(verifier_dir, drafter_dir)  # before any weights are read
+    return load(verifier_dir, dtype, max_seq), load(drafter_dir, dtype, max_seq)
+
+
+def encode_prompt(tokenizer: Tokenizer | None, text: str) -> list[int]:
+    if tokenizer is None:
+        raise YggcError("this model directory has no tokenizer.json; pass token ids with --prompt-ids 1,2,3")
+    return tokenizer.encode(text).ids

@@ -1,0 +1,120 @@
+"""`yggc.Runtime`: a validated bundle, loaded without compiling anything, ready to decode.
+
+    rt = yggc.Runtime.load("bundle")
+    out = rt.generate("def fib(n):", max_new_tokens=64)
+    for piece in rt.stream("import os", max_new_tokens=32): print(piece, end="")
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..bundle import Manifest, validate_bundle
+from ..plan.shape import TreeShape
+from ..tree.sampling import SamplingParams
+from . import models
+from .autoregressive import AutoregressiveDecoder
+from .buckets import CompiledModel, load_bucket
+from .detokenize import StreamDecoder
+from .device import resolve_device
+from .draft_phase import DraftPhase
+from .speculative import SpeculativeDecoder
+from .stats import DecodeStats
+from .verify_phase import GreedyVerifyPhase
+
+
+@contextmanager
+def trusted_cpu_isa():
+    """Inductor's package loader probes the CPU's vector ISA by compiling and dlopen-ing test programs
+    (1.3 s before the first token). validate_bundle has already matched the ISA the buckets were
+    compiled for against this machine's, so the loader may take the ISA as working."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch({"cpp.vec_isa_ok": True}):
+        yield
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    text: str
+    stats: DecodeStats
+
+
+class Runtime:
+    def __init__(self, path: Path, manifest: Manifest, verifier: models.LoadedModel, drafter: models.LoadedModel,
+                 compiled: dict[str, CompiledModel], shape: TreeShape):
+        self.path, self.manifest, self.shape = path, manifest, shape
+        self.verifier, self.drafter, self.compiled = verifier, drafter, compiled
+        self.tokenizer = verifier.tokenizer
+        self.last_stats = DecodeStats()
+        self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
+        self.verify_runners: dict[tuple[int, int, int], object] = {}  # (D, W, V) -> compiled greedy verify phase
+
+    @classmethod
+    def load(cls, path: str | Path) -> Runtime:
+        """Validate the manifest and every file first, then load weights and compiled buckets."""
+        path = Path(path)
+        manifest = validate_bundle(path)
+        dtype = models.parse_dtype(manifest.dtype)
+        device = str(resolve_device(manifest.device))
+        loaded = {name: models.load(path / name, dtype, manifest.max_seq, device) for name in ("verifier", "drafter")}
+        with trusted_cpu_isa():
+            return cls._load_buckets(path, manifest, loaded)
+
+    @classmethod
+    def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, models.LoadedModel]) -> Runtime:
+        compiled, opt, backend = {}, manifest.extra.get("opt", "O1"), manifest.extra.get("backend", "inductor")
+        for name, model in loaded.items():
+            files = {b["width"]: path / b["file"] for b in manifest.buckets
+                     if b["model"] == name and b["kind"] == "forward"}
+            compiled[name] = CompiledModel(model.graph, files, opt, backend)
+        plan = json.loads((path / "plan.json").read_text())
+        shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
+        rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape)
+        vocab = loaded["verifier"].graph.cfg.vocab_size
+        for b in manifest.buckets:
+            if b["kind"] == "draft_phase":
+                phase = DraftPhase(loaded["drafter"].graph, b["depth"], b["width"], vocab, manifest.max_seq)
+                rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase, opt)
+            if b["kind"] == "verify_phase":
+                phase = GreedyVerifyPhase(loaded["verifier"].graph, b["depth"], b["verify"])
+                rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase, opt)
+        return rt
+
+    def decoder(self, speculative: bool = True, shape: TreeShape | None = None, chain_rule: str = "block"):
+        layout = self.verifier.layout
+        if not speculative:
+            return AutoregressiveDecoder(self.compiled["verifier"], layout)
+        shape = shape or self.shape
+        return SpeculativeDecoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape, chain_rule,
+                                  self.draft_runners.get((shape.depth, shape.width)),
+                                  self.verify_runners.get((shape.depth, shape.width, shape.verify)))
+
+    def encode(self, prompt: str | list[int]) -> list[int]:
+        return list(prompt) if isinstance(prompt, list) else models.encode_prompt(self.tokenizer, prompt)
+
+    def stream_tokens(self, prompt: str | list[int], max_new_tokens: int = 128, temperature: float = 0.0,
+                      top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None
+                      ) -> Iterator[list[int]]:
+        dec = decoder or self.decoder()
+        params = SamplingParams(temperature, top_k, top_p, seed)
+        yield from dec.stream(self.encode(prompt), max_new_tokens, params, self.verifier.eos_ids)
+        self.last_stats = dec.stats
+
+    def stream(self, prompt: str | list[int], max_new_tokens: int = 128, **kw) -> Iterator[str]:
+        """Yields text pieces as they are accepted."""
+        text = StreamDecoder(self.tokenizer)
+        for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
+            piece = text.push(tokens)
+            if piece:
+                yield piece
+
+    def generate(self, prompt: str | list[int], max_new_tokens: int = 128, **kw) -> Generation:
+        text = StreamDecoder(self.tokenizer)
+        for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
+            text.push(tokens)
+        return Generation(text.ids, text.text(), self.last_stats)

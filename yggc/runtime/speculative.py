@@ -1,0 +1,189 @@
+"""Tree speculative decoding with a fixed Equal-Growth Tree shape (D, W, V), eager execution.
+
+Cache invariant at the top of an iteration, for both models: the committed sequence minus its last
+token (the root) is in the cache at slots 0..n-1; the root goes to slot n. Tree node i sits at slot
+n + i while drafting; the verified subtree's row r sits at slot n + r in the verifier. After
+acceptance the accepted path's K/V is moved to slots n+1.. so the caches read exactly as if each
+model had decoded the accepted tokens itself. The drafter may lag one token (an accepted leaf it
+never ran on); the next iteration's head step feeds it together with the new root.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from ..plan.shape import HEAD_WIDTH, TreeShape
+from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
+from ..tree.prune import prune_topk
+from ..tree.sampling import SamplingParams, next_token, target_probs
+from ..tree.token_tree import TokenTree, tree_mask
+from ..tree.verification import verify_tree_sampling
+from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
+from .cache_layout import CacheLayout, causal_rows, prefill
+from .draft_phase import DraftPhase, align_vocab
+from .models import model_device
+from .stats import DecodeStats
+from .verify_phase import GreedyVerifyPhase
+
+
+@dataclass
+class Draft:
+    tree: TokenTree
+    q: torch.Tensor | None  # [D, vocab] drafter distributions of a sampled chain, else None
+    n_fed: int  # tree nodes 0..n_fed-1 have their K/V in the drafter cache
+    anc: torch.Tensor  # [N, N] ancestor-or-self mask
+
+
+class SpeculativeDecoder:
+    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
+                 draft_phase=None, verify_phase=None):
+        self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
+        self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
+        self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab, layout.trash)
+        # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
+        self.run_draft = draft_phase or self.draft_phase
+        self.run_verify = verify_phase or GreedyVerifyPhase(verifier, shape.depth, shape.verify)
+        self.no_moves = torch.full((2, shape.depth), layout.trash, dtype=torch.long, device=self.device)
+        self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
+        self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
+        self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
+        self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
+        self.stats = DecodeStats()
+
+    # -- drafting ------------------------------------------------------------------------------------
+    def view_slots(self, n_used: int) -> torch.Tensor:
+        view = self.layout.view(n_used)
+        if view not in self.views:
+            self.views[view] = torch.arange(view, device=self.device)
+        return self.views[view]
+
+    def head_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
+        """Tokens the drafter has not seen (root last, at slot n), padded to HEAD_WIDTH; (root row, n)."""
+        tokens = torch.tensor(pending + [0] * (HEAD_WIDTH - len(pending)))
+        meta = torch.tensor([len(pending) - 1, n])
+        return tokens, meta, self.view_slots(n + self.shape.n_nodes)
+
+    def draft_tree(self, pending: list[int], n: int) -> Draft:
+        """The EGT draft phase in one call: D drafter calls, W new nodes each."""
+        tokens, parents, depth, cum_logp, anc = self.run_draft(*self.head_inputs(pending, n), self.drafter_moves)
+        tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
+        return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width, anc)
+
+    def draft_chain_sampled(self, pending: list[int], n: int, params: SamplingParams,
+                            gen: torch.Generator) -> Draft:
+        """W = 1 at temperature > 0: each draft is SAMPLED from the drafter (the chain rules need it)."""
+        D = self.shape.depth
+        tree = TokenTree.from_root(pending[-1], 1 + D)
+        q = torch.empty(D, self.vocab)
+        tokens, meta, view = self.head_inputs(pending, n)
+        self.drafter.move_kv(*self.drafter_moves)
+        logits = self.draft_phase.head(tokens, meta[0], meta[1], view)
+        for d in range(1, D + 1):
+            q[d - 1] = target_probs(logits, params)
+            tree.tokens[d] = int(torch.multinomial(q[d - 1], 1, generator=gen))
+            tree.parents[d], tree.depth[d] = d - 1, d
+            if d < D:
+                slot = torch.tensor([n + d])
+                out = self.drafter(tree.tokens[d:d + 1], slot, slot, causal_rows(slot, self.layout.view(n + d + 1)))
+                logits = align_vocab(out[0], self.vocab)
+        tree.n_nodes = 1 + D
+        return Draft(tree, q, D, tree.ancestor_mask())
+
+    # -- verification --------------------------------------------------------------------------------
+    def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
+        """One call: prune, verify, accept, compact the verifier's KV -> (emitted tokens, last accepted
+        tree id, deepest verified depth); also leaves the drafter's K/V moves for its next call."""
+        t = draft.tree
+        emit, info, self.drafter_moves = self.run_verify(t.tokens, t.parents, t.depth, t.cum_logp, draft.anc,
+                                                         torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
+        k, last_id, max_depth = info.tolist()
+        return emit[: k + 1].tolist(), last_id, max_depth
+
+    def verify_sampled(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
+        """Verifier call + a lossless sampling rule on the host -> same as verify_greedy."""
+        kept = prune_topk(draft.tree, self.shape.verify)
+        sub = draft.tree.subtree(kept)
+        slots = n + torch.arange(kept.shape[0])
+        mask = tree_mask(n, sub.ancestor_mask(), self.layout.view(n + kept.shape[0]))
+        probs = target_probs(self.verifier(sub.tokens, n + sub.depth, slots, mask), params)  # [V+1, vocab]
+        if draft.q is not None:
+            tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
+            path = list(range(1, tau + 1))
+        else:
+            path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
+        path = torch.tensor(path, dtype=torch.long)
+        self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
+        ids = kept[path]
+        self.drafter_moves = self.no_moves.clone()
+        self.drafter_moves[0, : len(path)], self.drafter_moves[1, : len(path)] = n + ids, n + 1 + torch.arange(len(path))
+        tokens = draft.tree.tokens[ids].tolist() + [token]
+        return tokens, int(ids[-1]) if len(path) else 0, int(sub.depth.max())
+
+    # -- the loop ------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def stream(self, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams,
+               eos_ids: tuple[int, ...] = ()) -> Iterator[list[int]]:
+        """Yields accepted tokens per iteration; the output equals the verifier's own decoding."""
+        check_prompt(prompt_ids, self.layout, self.vocab)
+        stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator(self.device)
+        st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
+        t0 = time.perf_counter()
+        with torch.device(self.device):
+            logits = prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+            prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        new = [next_token(logits, params, gen)]
+        n, pending = len(prompt_ids), list(new)
+        while new:
+            kept_tokens, st.stop_reason = stop.clip(new, st.n_generated)
+            st.n_generated += len(kept_tokens)
+            if st.prefill_s == 0.0:
+                st.prefill_s, t0 = time.perf_counter() - t0, time.perf_counter()
+            yield kept_tokens
+            if st.stop_reason:
+                break
+            with torch.device(self.device):  # host-built index tensors go where the models are
+                new, n, pending = self.iterate(n, pending, params, gen, stop)
+        st.decode_s = time.perf_counter() - t0 if st.n_generated > 1 else 0.0
+        st.stop_reason = st.stop_reason or "max tokens"
+
+    def iterate(self, n: int, pending: list[int], params: SamplingParams, gen: torch.Generator,
+                stop: StopPolicy) -> tuple[list[int], int, list[int]]:
+        """One draft-verify-accept round from root pending[-1] at slot n -> (new tokens, n, pending)."""
+        if stop.kv_full(n, self.shape.n_nodes):
+            return self.fallback_step(pending[-1], n, params, gen, stop)
+        if params.greedy:
+            draft = self.draft_tree(pending, n)
+            new, last_id, max_depth = self.verify_greedy(draft, n)
+        else:
+            draft = self.draft_tree(pending, n) if self.shape.width > 1 else self.draft_chain_sampled(pending, n, params, gen)
+            new, last_id, max_depth = self.verify_sampled(draft, n, params, gen)
+        k = len(new) - 1
+        self.record(max_depth, self.shape.verify, k)
+        # a leaf the drafter never ran on rides along with the new root in the next head step
+        pending = new[-2:] if k and last_id >= draft.n_fed else new[-1:]
+        return new, n + 1 + k, pending
+
+    def fallback_step(self, root: int, n: int, params, gen, stop) -> tuple[list[int], int, list[int]]:
+        """No room left for a tree: finish with plain verifier steps (the drafter is no longer needed)."""
+        if stop.kv_full(n, 1):
+            self.stats.stop_reason = stop.kv_full(n, 1)
+            return [], n, []
+        token = next_token(self.verifier_alone.step(root, n), params, gen)
+        return [token], n + 1, [token]
+
+    def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
+        st = self.stats
+        if len(st.drafted_per_depth) < max_depth:
+            grow = max_depth - len(st.drafted_per_depth)
+            st.drafted_per_depth += [0] * grow
+            st.accepted_per_depth += [0] * grow
+        for d in range(max_depth):
+            st.drafted_per_depth[d] += 1
+            st.accepted_per_depth[d] += int(n_accepted > d)
+        st.n_iterations += 1
+        st.accepted_lengths.append(n_accepted)
+        st.n_drafted += n_verified
+        st.n_accept += n_accepted

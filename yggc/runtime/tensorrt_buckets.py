@@ -1,0 +1,51 @@
+"""torch-tensorrt forward buckets (the `--backend tensorrt` option; CUDA only, optional extra).
+
+A TensorRT engine holds its weights but cannot share a mutable buffer with other engines, so the
+bucket takes every layer's K/V cache as explicit inputs (`LlamaGraph.forward(..., *caches)`) and
+writes them in place: all buckets of a model, and the Inductor draft/verify phases, still read and
+write the one cache the runtime owns. Packages are saved in
+torch-tensorrt's AOTInductor format, so they load through `aoti_load_package` like Inductor
+buckets once `torch_tensorrt` is imported (it registers the engine-execution op).
+Unverified here: written to the documented torch-tensorrt API, tested only where CUDA exists.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import YggcError
+
+
+def require_tensorrt():
+    try:
+        import torch_tensorrt
+    except Exception as e:  # ImportError, or a CUDA library missing from a CPU build of torch
+        raise YggcError(f"--backend tensorrt needs torch-tensorrt with a CUDA build of torch ({e}); "
+                        "`pip install 'yggc[tensorrt]'` on a GPU machine, or use --backend inductor") from None
+    return torch_tensorrt
+
+
+def cache_tensors(graph: nn.Module) -> list[torch.Tensor]:
+    """The K/V cache of every layer as (k0, v0, k1, v1, ...), the bucket's trailing inputs."""
+    return [t for cache in graph.caches() for t in (cache.k, cache.v)]
+
+
+class CacheInputBucket:
+    """A loaded package whose K/V caches are inputs, bound to the model's own cache tensors."""
+
+    def __init__(self, runner, graph: nn.Module):
+        self.runner, self.caches = runner, cache_tensors(graph)
+
+    def __call__(self, ids, pos, slots, mask) -> torch.Tensor:
+        return self.runner(ids, pos, slots, mask, *self.caches)
+
+
+def load_tensorrt_bucket(path: Path, graph: nn.Module) -> CacheInputBucket:
+    require_tensorrt()  # registers the engine op the package calls
+    try:
+        runner = torch._inductor.aoti_load_package(str(path))
+    except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
+        raise YggcError(f"TensorRT bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
+    return CacheInputBucket(runner, graph)

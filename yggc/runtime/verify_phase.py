@@ -1,0 +1,70 @@
+"""Greedy verification as one fixed-shape module: prune to V nodes, verify, accept, compact the KV.
+
+Everything after drafting runs in one compiled call: top-V pruning (cum_logp only falls along a
+path, so the top V form a rooted subtree), the tree-masked verifier forward, the greedy walk (an
+accepted node's token is its parent's argmax and its parent is accepted; D rounds settle it) and
+the move of the accepted path's K/V to the slots after the root.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..tree.token_tree import tree_mask
+
+
+def prune_top(tokens, parents, depth, cum_logp, anc, V: int):
+    """Root + the V best nodes by cum_logp (ties: shallower first), parents before children.
+
+    -> kept ids [V+1], subtree parents [V+1] (-1 at the root), depth [V+1], ancestor rows [V+1, V+1]."""
+    N = tokens.shape[0]
+    ids = torch.arange(1, N, device=tokens.device)
+    by_depth = torch.argsort(depth[1:], stable=True)
+    order = by_depth[torch.argsort(-cum_logp[1:][by_depth], stable=True)]
+    top = ids[order[:V]]
+    top = top[torch.argsort(depth[top] * N + top)]
+    kept = torch.cat([ids.new_zeros(1), top])
+    remap = torch.full((N,), -1, dtype=torch.long, device=tokens.device).index_copy(
+        0, kept, torch.arange(V + 1, device=tokens.device))
+    par = parents[kept]
+    sub_par = torch.where(par >= 0, remap[par.clamp(min=0)], par)
+    return kept, sub_par, depth[kept], anc[kept][:, kept]
+
+
+def greedy_accept(sub_tokens, sub_par, sub_depth, best, max_depth: int):
+    """-> deepest accepted row [] (0 = only the root) given the verifier argmax per row `best` [V+1]."""
+    is_root = sub_par < 0
+    match = (sub_tokens == best[sub_par.clamp(min=0)]) & ~is_root
+    acc = is_root
+    for _ in range(max_depth):
+        acc = is_root | (match & acc[sub_par.clamp(min=0)])
+    return torch.argmax(torch.where(acc, sub_depth, -1))
+
+
+class GreedyVerifyPhase(nn.Module):
+    def __init__(self, verifier: nn.Module, depth: int, verify: int):
+        super().__init__()
+        self.verifier, self.depth, self.verify = verifier, depth, verify
+
+    def forward(self, tokens, parents, depth, cum_logp, anc, n, view_slots):
+        """Tree [N] from the draft phase, n [] = root slot, view_slots [S] (its length = cache view)
+        -> emitted tokens [D+1] (the accepted path, then the bonus at index k, then padding),
+        info [3] = (accepted count k, last accepted tree id, deepest verified depth),
+        drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end)."""
+        V, D = self.verify, self.depth
+        kept, sub_par, sub_depth, sub_anc = prune_top(tokens, parents, depth, cum_logp, anc, V)
+        rows = torch.arange(V + 1, device=tokens.device)
+        mask = tree_mask(n, sub_anc, view_slots.shape[0])
+        logits = self.verifier(tokens[kept], n + sub_depth, n + rows, mask)  # [V+1, vocab]
+        best = logits.argmax(-1)
+        deepest = greedy_accept(tokens[kept], sub_par, sub_depth, best, D)
+        on_path = sub_anc[deepest]  # [V+1] the accepted rows, root included
+        path = torch.argsort(torch.where(on_path, sub_depth, D + 1 + rows))[: min(D, V) + 1]
+        # move the accepted rows' K/V to the slots after the root; extra moves land past the new end
+        dst = n + 1 + torch.arange(path.shape[0] - 1, device=tokens.device)
+        self.verifier.move_kv(n + path[1:], dst)
+        k = sub_depth[deepest]
+        path_ids = kept[path]  # tree ids, root first
+        emit = torch.where(rows[: path.shape[0]] == k, best[deepest], tokens[torch.roll(path_ids, -1)])
+        info = torch.stack([k, path_ids[k], sub_depth.max()])
+        return emit, info, torch.stack([n + path_ids[1:], dst])

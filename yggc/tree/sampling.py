@@ -1,0 +1,57 @@
+"""Next-token distributions: temperature, top-k, top-p; greedy is temperature 0."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import YggcError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise YggcError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise YggcError(f"top-k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise YggcError(f"top-p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def generator(self, device: torch.device | str = "cpu") -> torch.Generator:
+        g = torch.Generator(device=device)
+        g.manual_seed(self.seed if self.seed is not None else torch.seed())
+        return g
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [..., V] -> probabilities [..., V] after temperature, top-k and top-p (T > 0)."""
+    logits = logits.float() / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        # Drop a token when the mass before it already reaches top_p (the first token always stays).
+        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def next_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:
+    """One token from logits [V]: argmax when greedy, else a draw from target_probs."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    return int(torch.multinomial(target_probs(logits, params), 1, generator=gen))
