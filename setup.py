@@ -20,6 +20,8 @@ setup(
         "safetensors>=0.4",
         "tokenizers>=0.15",
         "tqdm>=4.60",
+        "gguf>=0.10",  # llama.cpp's own GGUF reader and dequantizer (yggc import, -m MODEL.gguf)
+        "jinja2>=3.1",  # chat templates
     ],
     extras_require={
         "dev": ["pytest>=7", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4", "matplotlib>=3.5"],

@@ -64,7 +64,7 @@ def host_stage_ms(shape: TreeShape, vocab: int, repeats: int, verifier=None) -> 
 
 def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, float]:
     """One draft phase and one greedy verify phase as the decode loop calls them (host glue included)."""
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.device(decoder.device):  # host-built inputs go where the models are
         draft = decoder.draft_tree([0], context)
         return {"draft": steady_ms(lambda: decoder.draft_tree([0], context), repeats),
                 "verify": steady_ms(lambda: decoder.verify_greedy(draft, context), repeats)}

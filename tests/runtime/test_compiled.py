@@ -21,12 +21,14 @@ from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.tree.sampling import SamplingParams
 
 SHAPE = TreeShape(3, 2, 5)
+CHAT = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
 
 
 @pytest.fixture(scope="module")
 def pair_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cpair")
     v = write_checkpoint(root / "v", "llama_gqa", seed=11)
+    (v / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "chat_template": CHAT}))
     return v, write_checkpoint(root / "d", "llama_gqa", seed=12, base=v, noise=0.03)
 
 
@@ -63,6 +65,21 @@ def test_compiled_decoding_is_lossless(bundle):
         for shape in (TreeShape(4, 1, 4), TreeShape(2, 2, 4)):  # compiled drafter widths, other verify widths
             assert rt.generate(prompt, 48, decoder=rt.decoder(shape=shape)).tokens == ref
     assert rt.last_stats.n_iterations > 0
+
+
+def test_runtime_takes_chat_messages(bundle):
+    import yggc
+
+    rt = yggc.Runtime.load(bundle)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "def add(a, b):"}]
+    assert rt.verifier.chat.render(messages) == "[system] Be brief.\n[user] def add(a, b):\n[assistant] "
+    chat = rt.generate(messages=messages, max_new_tokens=24)
+    assert chat.tokens == rt.generate(rt.verifier.chat.render(messages), 24).tokens
+    assert "".join(rt.stream(messages=messages, max_new_tokens=24)) == chat.text
+    with pytest.raises(YggcError, match="not both"):
+        rt.generate("def", messages=messages)
+    with pytest.raises(YggcError, match="role"):
+        rt.generate(messages=[{"role": "robot", "content": "hi"}])
 
 
 def test_plan_and_calibration_are_recorded(bundle):

@@ -22,10 +22,10 @@ def _depths(text: str) -> list[int]:
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--model", type=Path, metavar="VERIFIER_DIR",
+    p.add_argument("-m", "--model", type=Path, metavar="VERIFIER",
                    help="verifier checkpoint; default: the bundle's, else the benchmark pair in "
                         "~/.cache/yggc/pairs/bench, else the embedded demo pair")
-    p.add_argument("-md", "--model-draft", type=Path, metavar="DRAFTER_DIR", help="drafter checkpoint")
+    p.add_argument("-md", "--model-draft", type=Path, metavar="DRAFTER", help="drafter checkpoint folder or .gguf")
     p.add_argument("--bundle", type=Path, help="compiled bundle for the compiled rows; default: compile one into "
                    "the cache for the tuned tree shape (--quick only uses one already there)")
     p.add_argument("--rows", "--systems", dest="rows", type=comma_list, metavar="A,B",
@@ -69,7 +69,8 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
     if args.model_draft is not None and args.model is None:
         raise YggcError("-md needs -m: name the verifier the drafter belongs to")
     if args.model is not None:
-        return args.model, args.model_draft
+        drafter = None if args.model_draft is None else models.model_dir(args.model_draft)
+        return models.model_dir(args.model), drafter
     if args.bundle is not None:
         return args.bundle / "verifier", args.bundle / "drafter"
     if not args.quick and all((BENCH_PAIR / r / "config.json").exists() for r in ("verifier", "drafter")):

@@ -55,8 +55,8 @@ def compile_pair(args: argparse.Namespace) -> tuple[Path, Path]:
             args.calib = [str(models.DEMO_CALIB)]
         return models.demo_pair_dirs()
     if args.model is None or args.model_draft is None:
-        raise YggcError("compile needs both -m VERIFIER_DIR and -md DRAFTER_DIR (or neither, for the demo pair)")
-    return Path(args.model), Path(args.model_draft)
+        raise YggcError("compile needs both -m VERIFIER and -md DRAFTER (or neither, for the demo pair)")
+    return models.model_dir(args.model), models.model_dir(args.model_draft)
 
 
 def warn_if_busy() -> None:

@@ -22,10 +22,11 @@ POSITIVE = whole_number(1)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-m", "--model", metavar="VERIFIER_DIR",
-                   help="verifier checkpoint folder (HF format); default: the embedded demo pair (with its drafter)")
-    p.add_argument("-md", "--model-draft", metavar="DRAFTER_DIR",
-                   help="drafter checkpoint folder sharing the verifier's tokenizer")
+    p.add_argument("-m", "--model", metavar="VERIFIER",
+                   help="verifier: a checkpoint folder (HF format) or a llama .gguf file (imported once into "
+                        "~/.cache/yggc/gguf); default: the embedded demo pair (with its drafter)")
+    p.add_argument("-md", "--model-draft", metavar="DRAFTER",
+                   help="drafter checkpoint folder (or .gguf) sharing the verifier's tokenizer")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and KV cache dtype")
     p.add_argument("--max-seq", type=NON_NEGATIVE, default=None,
                    help="KV cache capacity in tokens (prompt + output); default min(model limit, 2048)")
@@ -35,6 +36,9 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("-p", "--prompt", help="prompt text")
     src.add_argument("--prompt-ids", type=token_ids, metavar="1,2,3", help="prompt as token ids")
+    src.add_argument("--chat", metavar="MESSAGE",
+                     help="a user message, sent through the model's chat template; stops at its end of turn")
+    p.add_argument("--system", metavar="TEXT", help="with --chat: a system message first")
     p.add_argument("-n", "--n-predict", type=NON_NEGATIVE, default=128, help="new tokens at most (default 128)")
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
     p.add_argument("--top-k", type=NON_NEGATIVE, default=0, help="sample from the k likeliest tokens (0 = off)")
@@ -97,6 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("-o", "--output", required=True, help="bundle directory to write")
     comp.add_argument("--overwrite", action="store_true", help="replace an existing bundle at -o")
 
+    imp = sub.add_parser(
+        "import", help="convert a llama GGUF file into a checkpoint folder",
+        description="Dequantize a llama-architecture GGUF file (F32/F16/BF16 and the common block quantizations) "
+                    "into a Hugging Face-format folder: config.json, model.safetensors, tokenizer.json and "
+                    "tokenizer_config.json (with the chat template). -m also takes a .gguf file directly.")
+    imp.add_argument("gguf", metavar="MODEL.gguf", help="the GGUF file")
+    imp.add_argument("-o", "--output", required=True, help="folder to write")
+    imp.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                     help="stored weight dtype (default float32: the dequantized values exactly)")
+    imp.add_argument("--overwrite", action="store_true", help="replace an existing folder at -o")
+
     insp = sub.add_parser("inspect", help="show a bundle's manifest, buckets and profile")
     insp.add_argument("bundle", help="a bundle written by `yggc compile`")
     insp.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
@@ -123,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compile":
             from .compile import compile_command
             return compile_command(args)
+        if args.command == "import":
+            from .import_gguf import import_command
+            return import_command(args)
         if args.command == "inspect":
             from .inspect import inspect_command
             return inspect_command(args)

@@ -25,11 +25,13 @@ def tree_shape(args: argparse.Namespace, plan: TreeShape | None = None) -> TreeS
 
 def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.LoadedModel | None]:
     dtype = models.parse_dtype(args.dtype)
-    verifier_dir, drafter_dir = args.model, args.model_draft
-    if verifier_dir is None:
-        if drafter_dir is not None:
+    if args.model is None:
+        if args.model_draft is not None:
             raise YggcError("-md needs -m: name the verifier the drafter belongs to")
         verifier_dir, drafter_dir = models.demo_pair_dirs()
+    else:
+        verifier_dir = models.model_dir(args.model)
+        drafter_dir = None if args.model_draft is None else models.model_dir(args.model_draft)
     max_seq = models.context_length(verifier_dir, args.max_seq)
     if drafter_dir is None:
         return models.load(verifier_dir, dtype, max_seq), None
@@ -54,10 +56,22 @@ def bundle_decoder(args: argparse.Namespace):
     return rt.verifier, rt.decoder(not args.no_spec, tree_shape(args, rt.shape), args.chain_rule)
 
 
+def prompt_ids_of(args: argparse.Namespace, verifier: models.LoadedModel) -> list[int]:
+    """-p text, --prompt-ids, or --chat (with --system) through the verifier's chat template."""
+    if args.system is not None and args.chat is None:
+        raise YggcError("--system goes with --chat")
+    if args.chat is not None:
+        system = [{"role": "system", "content": args.system}] if args.system is not None else []
+        return models.encode_chat(verifier, [*system, {"role": "user", "content": args.chat}])
+    if args.prompt_ids is not None:
+        return args.prompt_ids
+    return models.encode_prompt(verifier.tokenizer, args.prompt)
+
+
 def run_command(args: argparse.Namespace) -> int:
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed)
     verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
-    prompt_ids = args.prompt_ids if args.prompt_ids is not None else models.encode_prompt(verifier.tokenizer, args.prompt)
+    prompt_ids = prompt_ids_of(args, verifier)
     text = StreamDecoder(verifier.tokenizer)
     for tokens in decoder.stream(prompt_ids, args.n_predict, params, verifier.eos_ids):
         piece = text.push(tokens)

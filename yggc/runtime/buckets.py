@@ -31,11 +31,12 @@ def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1"):
 
     O1 packages get every weight and buffer; O2 packages carry frozen weights and get the buffers
     (the KV cache) only, so all buckets still read and write one cache."""
-    try:
-        runner = torch._inductor.aoti_load_package(str(path))
+    consts = graph_constants(graph)
+    on_gpu = any(t.is_cuda for t in consts.values())
+    try:  # single-threaded runners do no event bookkeeping, which a CUDA graph capture would not allow
+        runner = torch._inductor.aoti_load_package(str(path), run_single_threaded=on_gpu)
     except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
         raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
-    consts = graph_constants(graph)
     names = runner.get_constant_fqns()
     if opt == "O2":
         buffers = dict(graph.named_buffers(remove_duplicate=False))

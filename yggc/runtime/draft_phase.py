@@ -43,7 +43,7 @@ class DraftPhase(nn.Module):
         root_row, n = meta[0], meta[1]
         self.drafter.move_kv(moves[0], moves[1])
         root_logits = self.head(pending_tokens, root_row, n, view_slots)
-        state = egt_init(0, self.depth, W, self.vocab)
+        state = egt_init(0, self.depth, W, self.vocab, device=pending_tokens.device)
         state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), pending_tokens.index_select(0, root_row.view(1)))
         state = egt_step(state, torch.log_softmax(root_logits, -1).expand(W, -1))
         for _ in range(self.depth - 1):

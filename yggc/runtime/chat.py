@@ -1,0 +1,57 @@
+"""Chat prompts: a model's chat template (tokenizer_config.json, as Hugging Face and GGUF imports store
+it) rendered in a sandboxed Jinja environment, the way transformers' apply_chat_template does.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import YggcError
+
+CONFIG_FILE = "tokenizer_config.json"
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    source: str          # the Jinja template text
+    bos_token: str = ""
+    eos_token: str = ""  # the end-of-turn token generation stops at
+
+    def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        """The prompt text for `messages` ([{"role", "content"}, ...]), ending where the assistant speaks."""
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        check_messages(messages)
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        try:
+            return env.from_string(self.source).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                       bos_token=self.bos_token, eos_token=self.eos_token)
+        except TemplateError as e:
+            raise YggcError(f"the model's chat template failed to render ({e}); pass a plain prompt with -p") from None
+
+
+def check_messages(messages: list[dict[str, str]]) -> None:
+    if not messages:
+        raise YggcError("a chat needs at least one message")
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
+            raise YggcError(f"a chat message is {{'role': one of {', '.join(ROLES)}, 'content': text}}, got {m!r}")
+
+
+def load_chat_template(model_dir: str | Path) -> ChatTemplate | None:
+    """The model folder's chat template, or None when it has none."""
+    path = Path(model_dir) / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise YggcError(f"{path} is not valid JSON ({e})") from None
+    template = cfg.get("chat_template")
+    if not isinstance(template, str):
+        return None
+    token = lambda key: cfg[key] if isinstance(cfg.get(key), str) else ""  # noqa: E731
+    return ChatTemplate(template, token("bos_token"), token("eos_token"))
