@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
@@ -10,13 +11,17 @@ import warnings
 from .. import __version__
 from ..errors import USER_ERRORS
 from .arg_types import token_ids, whole_number
-from .bench import add_bench_parser, bench_command
+from .bench import add_bench_parser
 
 # Known third-party deprecation notices that say nothing to a yggc user: (category, message prefix).
 # torch.export prints the first one twice per exported bucket (torch 2.13).
 THIRD_PARTY_NOISE = (
     (FutureWarning, "`isinstance(treespec, LeafSpec)` is deprecated"),
 )
+# subcommand -> (module of yggc.cli, function): imported only when that command runs
+COMMANDS = {"run": ("run", "run_command"), "compile": ("compile", "compile_command"),
+            "import": ("import_gguf", "import_command"), "inspect": ("inspect", "inspect_command"),
+            "profile": ("inspect", "profile_command"), "bench": ("bench", "bench_command")}
 NON_NEGATIVE = whole_number(0)
 POSITIVE = whole_number(1)
 
@@ -132,23 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     silence_third_party_noise()
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "run":
-            from .run import run_command
-            return run_command(args)
-        if args.command == "compile":
-            from .compile import compile_command
-            return compile_command(args)
-        if args.command == "import":
-            from .import_gguf import import_command
-            return import_command(args)
-        if args.command == "inspect":
-            from .inspect import inspect_command
-            return inspect_command(args)
-        if args.command == "profile":
-            from .inspect import profile_command
-            return profile_command(args)
-        if args.command == "bench":
-            return bench_command(args)
+        module, function = COMMANDS[args.command]
+        return getattr(importlib.import_module(f".{module}", __package__), function)(args)
     except USER_ERRORS as e:
         print(f"yggc: error: {e}", file=sys.stderr)
         return 2
