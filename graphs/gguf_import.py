@@ -143,19 +143,20 @@ def import_gguf(path: str | Path, out_dir: str | Path, dtype: str = "float32", o
     return out
 
 
-def file_digest(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+def cache_key(path: Path) -> str:
+    """Identifies a file's contents without reading it (a 4 GB GGUF would cost seconds per start-up):
+    its resolved path, size and modification time. A rewritten file gets a new key, so a new import."""
+    st = path.stat()
+    ident = f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
 def cached_import(path: str | Path, cache_root: str | Path, dtype: str = "float32") -> Path:
-    """The imported folder of a GGUF file, under cache_root/<sha256 prefix>-<dtype>; imported on first use."""
-    if not Path(path).is_file():
+    """The imported folder of a GGUF file, under cache_root/<stem>-<cache key>-<dtype>; imported on first use."""
+    path = Path(path)
+    if not path.is_file():
         raise CheckpointError(f"GGUF file {str(path)!r} does not exist")
-    out = Path(cache_root).expanduser() / f"{Path(path).stem}-{file_digest(path)[:16]}-{dtype}"
+    out = Path(cache_root).expanduser() / f"{path.stem}-{cache_key(path)}-{dtype}"
     if not (out / "model.safetensors").is_file():
         import_gguf(path, out, dtype, overwrite=True)
     return out

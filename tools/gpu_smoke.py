@@ -90,18 +90,9 @@ def use_source_tree(root: Path = ROOT) -> None:
 
 
 def heldout_prompts(n: int) -> list[str]:
-    from yggc.runtime.models import DEMO_PAIR
+    from yggc.bench.prompts import load_prompt_texts
 
-    return [p["text"] for p in json.loads((DEMO_PAIR / "prompts.json").read_text())["prompts"]][:n]
-
-
-# -- random SmolLM2-shaped checkpoint (no transformers needed) -------------------------------------
-
-
-# -- models and decoders ---------------------------------------------------------------------------
-
-
-# -- T(W): one forward bucket per width ------------------------------------------------------------
+    return load_prompt_texts(None)[0][:n]  # the demo pair's held-out prompts
 
 
 def sec_curve(ctx: Context, which: str) -> Iterator[Row]:

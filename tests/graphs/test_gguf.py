@@ -138,3 +138,15 @@ def test_import_refuses_to_overwrite(gguf_pair, tmp_path, capsys):
     assert "exists; pass --overwrite" in capsys.readouterr().err
     assert main(["import", str(gguf_pair[1]), "-o", str(tmp_path / "out"), "--overwrite"]) == 0
     assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_cached_import_follows_the_file_not_its_name(gguf_pair, tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(gguf_pair[1].read_bytes())
+    first = cached_import(path, tmp_path / "cache")
+    assert cached_import(path, tmp_path / "cache") == first  # reused, not re-imported
+    path.write_bytes(gguf_pair[0].read_bytes())  # another model under the same name
+    second = cached_import(path, tmp_path / "cache")
+    assert second != first
+    assert load_file(str(second / "model.safetensors")).keys() == load_file(str(first / "model.safetensors")).keys()
+    assert json.loads((second / "tokenizer_config.json").read_text()).get("chat_template") == CHATML

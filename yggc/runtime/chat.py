@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import YggcError
@@ -22,15 +23,21 @@ class ChatTemplate:
     def render(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """The prompt text for `messages` ([{"role", "content"}, ...]), ending where the assistant speaks."""
         from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
         check_messages(messages)
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         try:
-            return env.from_string(self.source).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                       bos_token=self.bos_token, eos_token=self.eos_token)
+            return compiled(self.source).render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                                bos_token=self.bos_token, eos_token=self.eos_token)
         except TemplateError as e:
             raise YggcError(f"the model's chat template failed to render ({e}); pass a plain prompt with -p") from None
+
+
+@lru_cache(maxsize=8)
+def compiled(source: str):
+    """A template compiled once, in Jinja's sandbox (as transformers' apply_chat_template does)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
 
 
 def check_messages(messages: list[dict[str, str]]) -> None:
