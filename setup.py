@@ -12,7 +12,8 @@ setup(
     packages=["yggc", "yggc.tree", "yggc.plan", "yggc.bundle", "yggc.runtime", "yggc.bench", "yggc.cli",
               "yggc.graphs", "yggc.passes"],
     package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
-    package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors"]},
+    package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors",
+                           "smollm2_drafter/*.json", "smollm2_drafter/*.txt", "smollm2_drafter/*.safetensors"]},
     install_requires=[
         "torch>=2.11,<2.14",  # 2.11 on the GPU machine; CI installs the 2.13.0 CPU wheel first
         "numpy>=1.24",

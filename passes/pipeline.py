@@ -6,6 +6,7 @@ profile -> write bundle (atomic). Later passes (train predictor, plan) slot in b
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from tqdm import tqdm
 
 from ..errors import YggcError
 from ..graphs import check_pair
-from ..plan.objective import StageCosts
+from ..plan.objective import StageCosts, measured_speedup
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime import models
 from ..runtime.autoregressive import PREFILL_CHUNK
@@ -149,6 +150,19 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     return shape, plan, record, forward
 
 
+def checked_plan(plan: dict, profile: dict, step) -> dict:
+    """The calibrated plan with its measured speedup; speculation is switched off when the compiled
+    tree is slower than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
+    phases, step_ms = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
+    iteration_ms = phases["draft"] + phases["verify"]
+    speedup = measured_speedup(plan["objective"]["tokens_per_iter"], step_ms, iteration_ms)
+    plan = {**plan, "measured": {"iteration_ms": round(iteration_ms, 4), "verifier_step_ms": round(step_ms, 4),
+                                 "speedup": round(speedup, 4)}, "speculate": speedup > 1.0}
+    if not plan["speculate"]:
+        step(f"the tree measured {speedup:.2f}x the verifier alone: the bundle decodes without speculation")
+    return plan
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     widths = bucket_widths(job.shape, probe=job.calib is not None)
@@ -157,9 +171,14 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         n_steps += 4 + len(job.calib.widths)  # profile, calibrate per width, choose, the shape's own buckets
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
+    done = itertools.count(1)
+
     def step(msg: str) -> None:
         bar.set_postfix_str(msg)
         bar.update(1)
+        n = next(done)
+        if bar.disable:  # not a terminal (a log file, CI): one line per step instead of a bar
+            log(f"yggc compile: [{n}/{n_steps}] {msg} ({time.perf_counter() - t_start:.0f} s)")
 
     check_pair(job.verifier_dir, job.drafter_dir)
     loaded = {"verifier": models.load(job.verifier_dir, job.dtype, job.max_seq, job.device),
@@ -186,6 +205,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         profile = profile_models(compiled, lowered_widths(buckets), loaded["verifier"].layout, shape,
                                  job.profile_repeats, step, decoder, measured)
         w.write_json("profile.json", profile)
+        if job.calib:
+            plan = checked_plan(plan, profile, step)
         w.write_json("plan.json", {"depth": shape.depth, "width": shape.width, "verify": shape.verify, **plan})
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
                   "buckets": buckets,

@@ -74,12 +74,12 @@ def decode_table(rt: Runtime, prompts: list[list[int]], n: int, repeats: int) ->
     decoders = {"ar-eager": AutoregressiveDecoder(rt.verifier.graph, layout),
                 "ar-compiled": rt.decoder(speculative=False),
                 "tree-eager": SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, layout, rt.shape),
-                "tree-compiled": rt.decoder()}
+                "tree-compiled": rt.decoder(speculative=True)}
     return compare_decoders(decoders, prompts, n, repeats)
 
 
 def host_share(rt: Runtime, prompt: list[int], iterations: int = 60) -> str:
-    dec, layout = rt.decoder(), rt.verifier.layout
+    dec, layout = rt.decoder(speculative=True), rt.verifier.layout
     inside = [0.0]
 
     def timed(fn):

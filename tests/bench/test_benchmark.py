@@ -101,3 +101,14 @@ def test_quick_bench_without_transformers_checks_against_yggc_ar(setup, capsys, 
     assert "skipping hf-ar: transformers is not installed" in err
     assert list(rows) == ["yggc-ar-eager", "yggc-tree-static"]
     assert rows["yggc-tree-static"]["equal to yggc-ar-eager"] == "yes"
+
+
+def test_reference_is_the_verifier_alone_of_the_benchmarked_dtype():
+    from yggc.bench.rows import Row, reference_row
+
+    rows = [Row(name, None, "") for name in ("hf-ar", "hf-assisted", "yggc-ar-eager", "yggc-ar-compiled", "yggc-full")]
+    assert reference_row(rows).name == "hf-ar"  # float32: transformers' greedy output
+    assert reference_row(rows, "bfloat16").name == "yggc-ar-compiled"  # bf16: yggc's own verifier decoding
+    assert reference_row(rows[2:3], "float32").name == "yggc-ar-eager"
+    assert reference_row(rows[:1], "bfloat16").name == "hf-ar"
+    assert reference_row(rows[1:2]) is None

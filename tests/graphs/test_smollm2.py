@@ -97,3 +97,23 @@ def test_greedy_tree_decoding_equals_autoregressive(pair_and_reference, prompt, 
         got = [t for chunk in spec.stream(list(ids), N_NEW, SamplingParams()) for t in chunk]
         assert got == want and len(want) == N_NEW
         assert spec.stats.n_iterations < N_NEW  # drafts were accepted, so this was real speculation
+
+
+SHIPPED_DRAFTER = Path(models.__file__).parents[1] / "smollm2_drafter"
+
+
+@pytest.mark.skipif(not (SHIPPED_DRAFTER / "model.safetensors").is_file(), reason="no shipped SmolLM2 drafter")
+@pytest.mark.xfail(strict=True, reason="bf16 is not batch-invariant on CPU: the 9-row verify rounds differently "
+                   "from the 1-row step and a near-tie flips at token 21 (issue #20: batch-invariant bf16 verify)")
+def test_shipped_drafter_is_lossless_in_bfloat16(smollm2):
+    """The distilled drafter in the package, bf16 end to end: tree decoding of a held-out chat prompt should
+    equal yggc's own bf16 autoregressive decoding. It does not yet (a known failure, kept strict so that
+    the fix shows): in float32 the same pair is lossless (test above and the benchmark)."""
+    verifier, drafter = models.load_pair(smollm2, SHIPPED_DRAFTER, torch.bfloat16, 512)
+    text = json.loads((SHIPPED_DRAFTER / "prompts.json").read_text())["prompts"][0]["text"]
+    ids = verifier.tokenizer.encode(text).ids
+    ar = AutoregressiveDecoder(verifier.graph, verifier.layout)
+    want = [t for chunk in ar.stream(ids, 48, SamplingParams()) for t in chunk]
+    spec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, TreeShape(4, 2, 8))
+    assert [t for chunk in spec.stream(ids, 48, SamplingParams()) for t in chunk] == want
+    assert spec.stats.n_iterations < 48 * 2 // 3  # more than 1.5 tokens per iteration

@@ -124,13 +124,15 @@ def test_load_in_fresh_process_does_not_compile(bundle):
 
 
 def test_cli_run_and_inspect(bundle, capsys):
-    assert main(["run", str(bundle), "--prompt-ids", "5,6,7", "-n", "12", "--json"]) == 0
+    tree = ["--depth", "3", "--width", "2", "--verify", "5"]  # forces the tree whatever the plan's verdict
+    assert main(["run", str(bundle), "--prompt-ids", "5,6,7", "-n", "12", "--json", *tree]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["n_generated"] == 12 and res["mean_accepted_length"] >= 1.0
     assert main(["inspect", str(bundle)]) == 0
     out = capsys.readouterr().out
     assert "verifier_w6" in out and "cost curve" in out and "plan: depth 3, width 2, verify 5" in out
     assert "draft phase (one call)" in out and "verify phase (one call)" in out
+    assert "measured: " in out and "speculation" in out
 
 
 def test_tampered_bundle_is_refused(bundle, tmp_path, capsys):
@@ -218,3 +220,39 @@ def test_o2_bucket_freezes_weights_and_shares_the_cache(pair_dirs, tmp_path):
             args = (torch.tensor([tok]), s.clone(), s.clone(), causal_rows(s, 64))
             assert (runner(*args) - ref(*args)).abs().max().item() < 1e-4
     assert torch.allclose(graph.caches()[0].k[:, :6], ref.caches()[0].k[:, :6], atol=1e-4)  # the shared cache
+
+
+def test_bfloat16_bundle_is_lossless_against_bfloat16_decoding(pair_dirs, tmp_path):
+    """bf16 end to end (weights, KV cache, compiled buckets): the tree through compiled bf16 buckets equals the
+    bundle's own compiled bf16 verifier decoding, token for token. (Compiled and eager bf16 kernels round
+    differently, so eager bf16 AR is not the reference: it left the compiled path at token 4 here.)"""
+    out = tmp_path / "bf16"
+    compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=torch.bfloat16, max_seq=96, profile_repeats=2),
+                   log=lambda m: None)
+    rt = Runtime.load(out)
+    assert rt.verifier.graph.embed.weight.dtype == torch.bfloat16
+    assert rt.verifier.graph.caches()[0].k.dtype == torch.bfloat16
+    for seed in range(2):
+        prompt = torch.randint(1, 301, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        ar = rt.decoder(speculative=False)  # no end-of-sequence stop: all 40 tokens are compared
+        ref = [t for c in ar.stream(prompt, 40, SamplingParams()) for t in c]
+        tree = rt.decoder(speculative=True)
+        assert [t for c in tree.stream(prompt, 40, SamplingParams()) for t in c] == ref
+        assert tree.stats.n_iterations > 0
+
+
+def test_plan_verdict_picks_the_default_decoder(bundle):
+    """A plan whose tree lost to plain decoding makes the default decoder autoregressive; an explicit
+    shape or speculative=True still runs the tree."""
+    from yggc.runtime.speculative import SpeculativeDecoder
+
+    rt = Runtime.load(bundle)
+    plan = json.loads((bundle / "plan.json").read_text())
+    assert rt.speculate == plan["speculate"] == (plan["measured"]["speedup"] > 1.0)
+    rt.speculate = False
+    assert isinstance(rt.decoder(), AutoregressiveDecoder)
+    assert isinstance(rt.decoder(shape=SHAPE), SpeculativeDecoder)
+    assert isinstance(rt.decoder(speculative=True), SpeculativeDecoder)
+    rt.speculate = True
+    assert isinstance(rt.decoder(), SpeculativeDecoder)
+    assert isinstance(rt.decoder(speculative=False, shape=SHAPE), AutoregressiveDecoder)

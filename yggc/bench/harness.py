@@ -85,7 +85,9 @@ class RowFactory:
             return yggc_row(name, m.spec_decoder(shape), f"eager {shape_label(shape)} (tuned)")
         if name == "yggc-full":
             rt = m.runtime
-            return yggc_row(name, rt.decoder(), f"compiled {shape_label(rt.shape)} (bundle plan)")
+            runs_as = (f"compiled {shape_label(rt.shape)} (bundle plan)" if rt.speculate
+                       else "compiled AR (bundle plan: its tree measured slower)")
+            return yggc_row(name, rt.decoder(), runs_as)
         raise YggcError(f"unknown row {name!r}; rows are {', '.join(ROWS)}")
 
 
@@ -183,13 +185,13 @@ def run_benchmark(cfg: BenchConfig) -> Report:
     if not rows:
         raise YggcError("no row can run with these flags (see the skip notes above)")
     measure(rows, measured, cfg.n_new, cfg.repeats, cfg.temperature)
-    ref = reference_row(rows) if cfg.greedy else None
+    ref = reference_row(rows, cfg.dtype) if cfg.greedy else None
     if cfg.quick and cfg.greedy and ref is None:
-        raise YggcError("--quick checks equality against hf-ar or yggc-ar-eager; keep one of them in --rows")
+        raise YggcError("--quick checks equality against the verifier decoding alone; keep hf-ar or a yggc-ar row in --rows")
     if ref is not None:
         check_equality(rows, ref)
     floor = physical_floor(cfg, rows, factory.models, measured[0])
-    text = "\n".join(summary_lines(cfg, measured, source, floor, factory.tuning) + ["", table(rows, cfg.greedy, floor)])
+    text = "\n".join(summary_lines(cfg, measured, source, floor, factory.tuning) + ["", table(rows, ref, floor)])
     data = to_json(cfg, rows, floor, factory.tuning, source)
     if cfg.json_path:
         cfg.json_path.write_text(json.dumps(data))

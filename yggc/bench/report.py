@@ -12,8 +12,8 @@ Definitions used in the table:
   loaded once and shared (hf-assisted reuses hf-ar's verifier, the eager yggc rows share one
   verifier/drafter, the compiled rows share one bundle), so each is charged to the first row using it.
 * floor, verify ms, x floor: see yggc.bench.floor.
-* equal: greedy tokens equal to hf-ar's (yggc-ar-eager's when transformers is missing), else the
-  first mismatching prompt and position.
+* equal: greedy tokens equal to the reference row's (yggc.bench.rows.REFERENCES: hf-ar in float32,
+  yggc's own AR decoding in bfloat16), else the first mismatching prompt and position.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from .. import __version__
 from ..errors import YggcError
 from ..plan.shape import TreeShape
 from .config import BenchConfig
-from .rows import Row, mean_accepted, median, p90, reference_row
+from .rows import Row, mean_accepted, median, p90
 
 
 def shape_label(shape: TreeShape) -> str:
@@ -69,21 +69,22 @@ def verify_cell(row: Row, floor_ms: float | None) -> str:
     return f"{row.verify_ms:.3f}{ratio}"
 
 
-def table(rows: list[Row], greedy: bool, floor: dict | None) -> str:
+def table(rows: list[Row], ref: Row | None, floor: dict | None) -> str:
+    """The rows; with a reference row (greedy runs), an equality column against it."""
     by_name = {r.name: r for r in rows}
-    hf_ar, hf_as, ref = by_name.get("hf-ar"), by_name.get("hf-assisted"), reference_row(rows)
+    hf_ar, hf_as = by_name.get("hf-ar"), by_name.get("hf-assisted")
     floor_ms = floor["floor_ms"] if floor else None
     head = ["row", "runs as", "TPOT median ms", "TPOT p90 ms", "tokens/s", "mean accepted", "vs hf-ar",
             "vs hf-assisted", "peak RSS MB (+added)", "verify ms (x floor)"]
-    if greedy:
-        head.append(f"equal to {ref.name if ref else 'hf-ar'}")
+    if ref is not None:
+        head.append(f"equal to {ref.name}")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         med = median(row.tpots())
         cells = [row.name, row.runs_as, f"{med:.3f}", f"{p90(row.tpots()):.3f}", f"{1000 / med:.1f}",
                  f"{mean_accepted(row):.2f}", speedup(hf_ar, row), speedup(hf_as, row),
                  f"{row.rss_mb:.0f} (+{row.rss_delta_mb:.0f})", verify_cell(row, floor_ms)]
-        if greedy:
+        if ref is not None:
             cells.append(equal_cell(row, ref))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -64,9 +64,16 @@ def mean_accepted(row: Row) -> float:
 
 
 
-def reference_row(rows: list[Row]) -> Row | None:
+# Greedy output is checked against the verifier decoding alone. In float32 that is transformers' (yggc's
+# own when transformers is absent); in bfloat16 it is yggc's own verifier decoding, as losslessness is
+# defined per dtype (transformers' bf16 kernels round differently, so its greedy path drifts apart).
+REFERENCES = {"float32": ("hf-ar", "yggc-ar-eager", "yggc-ar-compiled"),
+              "bfloat16": ("yggc-ar-compiled", "yggc-ar-eager", "hf-ar")}
+
+
+def reference_row(rows: list[Row], dtype: str = "float32") -> Row | None:
     by_name = {r.name: r for r in rows}
-    return by_name.get("hf-ar") or by_name.get("yggc-ar-eager")
+    return next((by_name[n] for n in REFERENCES[dtype] if n in by_name), None)
 
 
 

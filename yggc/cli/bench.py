@@ -107,27 +107,15 @@ def make_config(args: argparse.Namespace):
     )
 
 
-def warn_if_busy(threads: int) -> None:
-    from ..runtime.timing import busy_warning
-
-    warning = busy_warning(threads)
-    if warning:
-        print(f"yggc bench: warning: {warning} (try --threads 1)", file=sys.stderr)
-
-
 def bench_command(args: argparse.Namespace) -> int:
     """Run the benchmark; the table goes to stdout. Exit 1 if a yggc row's greedy tokens differ."""
-    import torch
-
     from ..bench.harness import run_benchmark
     from ..errors import YggcError
+    from .run import set_threads
 
     if args.temp < 0:
         raise YggcError(f"--temp must be >= 0, got {args.temp}")
-    threads = args.threads or (1 if args.quick else None)  # --quick checks tokens, not times
-    if threads:
-        torch.set_num_threads(threads)
-    warn_if_busy(torch.get_num_threads())
+    set_threads(args.threads or (1 if args.quick else None), "yggc bench")  # --quick checks tokens, not times
     report = run_benchmark(make_config(args))
     print(report.text)
     for failure in report.failures:

@@ -50,6 +50,11 @@ def print_plan(plan: dict) -> None:
         for c in plan.get("candidates", [])[1:5]:
             print(f"    next: D={c['depth']} W={c['width']} V={c['verify']}: {c['tokens_per_iter']:.2f} tokens/iteration, "
                   f"estimated {c['speedup']:.2f}x")
+    measured = plan.get("measured")
+    if measured:
+        verdict = "speculation on" if plan.get("speculate", True) else "speculation OFF: plain decoding is faster"
+        print(f"  measured: {measured['iteration_ms']:.3f} ms/iteration against a {measured['verifier_step_ms']:.3f} ms "
+              f"verifier step = {measured['speedup']:.2f}x ({verdict})")
 
 
 def inspect_command(args: argparse.Namespace) -> int:

@@ -50,6 +50,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
     p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
+    p.add_argument("--threads", "-t", type=POSITIVE, help="torch/OpenMP threads (default: torch's, one per core); "
+                   "on a busy machine use fewer than the idle cores: compiled kernels wait for descheduled threads")
 
 
 def add_tree_args(p: argparse.ArgumentParser) -> None:

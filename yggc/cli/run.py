@@ -53,7 +53,12 @@ def bundle_decoder(args: argparse.Namespace):
         raise YggcError("a bundle fixes its models, dtype and --max-seq; drop -m/-md/--dtype/--max-seq "
                         "or re-run `yggc compile` with them")
     rt = Runtime.load(args.bundle)
-    return rt.verifier, rt.decoder(not args.no_spec, tree_shape(args, rt.shape), args.chain_rule)
+    forced = bool(args.depth or args.width or args.verify)
+    speculative = False if args.no_spec else (True if forced else None)
+    if speculative is None and not rt.speculate:
+        print("yggc: the bundle's plan decodes without speculation (its calibrated tree was slower than the "
+              "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)
+    return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule)
 
 
 def prompt_ids_of(args: argparse.Namespace, verifier: models.LoadedModel) -> list[int]:
@@ -68,8 +73,22 @@ def prompt_ids_of(args: argparse.Namespace, verifier: models.LoadedModel) -> lis
     return models.encode_prompt(verifier.tokenizer, args.prompt)
 
 
+def set_threads(threads: int | None, prog: str = "yggc") -> None:
+    """--threads, and a warning when other processes leave too few idle cores for the threads."""
+    import torch
+
+    from ..runtime.timing import busy_warning
+
+    if threads:
+        torch.set_num_threads(threads)
+    warning = busy_warning(torch.get_num_threads())
+    if warning:
+        print(f"{prog}: warning: {warning} (try --threads 1)", file=sys.stderr)
+
+
 def run_command(args: argparse.Namespace) -> int:
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed)
+    set_threads(args.threads)
     verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
     prompt_ids = prompt_ids_of(args, verifier)
     text = StreamDecoder(verifier.tokenizer)

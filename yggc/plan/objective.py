@@ -51,6 +51,13 @@ def score(shape: TreeShape, tokens_per_iter: float, costs: StageCosts) -> ShapeS
     return ShapeScore(shape, tokens_per_iter, it_ms, tokens_per_iter * costs.verifier(1) / it_ms)
 
 
+def measured_speedup(tokens_per_iter: float, verifier_step_ms: float, iteration_ms: float) -> float:
+    """Eq. 3 with measured latencies: the compiled draft and verify phases of the chosen shape against
+    the compiled 1-token verifier step. The fitted curves that rank shapes can miss a CPU whose GEMMs
+    are slower at 2-8 rows than at 1 or 16; this is the check the plan must pass to be used."""
+    return tokens_per_iter * verifier_step_ms / iteration_ms
+
+
 def rank_shapes(tokens_per_iter: dict[TreeShape, float], costs: StageCosts) -> list[ShapeScore]:
     """Every candidate scored, best first (ties: the smaller tree, then the shallower one)."""
     scores = [score(s, t, costs) for s, t in tokens_per_iter.items()]

@@ -47,8 +47,9 @@ class Generation:
 
 class Runtime:
     def __init__(self, path: Path, manifest: Manifest, verifier: models.LoadedModel, drafter: models.LoadedModel,
-                 compiled: dict[str, CompiledModel], shape: TreeShape):
+                 compiled: dict[str, CompiledModel], shape: TreeShape, speculate: bool = True):
         self.path, self.manifest, self.shape = path, manifest, shape
+        self.speculate = speculate  # the plan's verdict: False when the compiled tree lost to plain decoding
         self.verifier, self.drafter, self.compiled = verifier, drafter, compiled
         self.tokenizer = verifier.tokenizer
         self.last_stats = DecodeStats()
@@ -75,7 +76,7 @@ class Runtime:
             compiled[name] = CompiledModel(model.graph, files, opt, backend)
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
-        rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape)
+        rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))
         vocab = loaded["verifier"].graph.cfg.vocab_size
         for b in manifest.buckets:
             if b["kind"] == "draft_phase":
@@ -86,8 +87,11 @@ class Runtime:
                 rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase, opt)
         return rt
 
-    def decoder(self, speculative: bool = True, shape: TreeShape | None = None, chain_rule: str = "block"):
+    def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block"):
+        """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict."""
         layout = self.verifier.layout
+        if speculative is None:
+            speculative = self.speculate or shape is not None
         if not speculative:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
         shape = shape or self.shape

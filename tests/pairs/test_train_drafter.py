@@ -1,0 +1,125 @@
+"""tools/train_drafter.py: prompts from docstrings, self-generated soft labels, the student, exact resume."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import drafter_data  # noqa: E402
+import drafter_model  # noqa: E402
+import drafter_prompts  # noqa: E402
+import train_drafter  # noqa: E402
+from checkpoints import write_checkpoint  # noqa: E402
+
+DOC = "Return the {what} of the two numbers given, rounding the result toward zero when needed."
+
+
+def write_corpus(root: Path) -> Path:
+    """Python files whose functions have sentence-long docstrings; some land in the held-out split."""
+    for i in range(40):
+        path = root / f"pkg{i % 4}" / f"mod_{i}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f'def op_{i}_{j}(a, b=1):\n    """{DOC.format(what=f"thing {i}.{j}")}"""\n'
+                                f"    return a * {j} + b\n\n\n" for j in range(3)) + "def _private():\n    '''" +
+                        DOC.format(what="hidden") + "'''\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def test_prompts_are_stable_disjoint_and_skip_private(corpus):
+    train, held = drafter_prompts.build_prompts(False, corpus), drafter_prompts.build_prompts(True, corpus)
+    assert train == drafter_prompts.build_prompts(False, corpus)
+    assert train and held and not set(train) & set(held)
+    assert len(train) + len(held) == 120  # 40 files x 3 public functions
+    assert not any("_private" in p or "hidden" in p for p in train + held)
+    files = lambda prompts: {int(i) for p in prompts for i in re.findall(r"op_(\d+)_", p)}  # noqa: E731
+    assert files(held) and not files(held) & files(train)  # split by file
+
+
+def test_instruction_fills_every_template():
+    item = drafter_prompts.DocItem("a/b.py", "a.b", "f", "(x)", "Do things.\n\nMore.", "def f(x):\n    pass",
+                                   "def f(x):\n    pass")
+    for template in drafter_prompts.TEMPLATES:
+        text = template.format(name=item.name, signature=item.signature, module=item.module, summary="Do things.",
+                               code=item.code, code_nodoc=item.code_nodoc, doc=item.doc)
+        assert "{" not in text.replace("{x}", "")
+
+
+def test_batches_are_epoch_permutations_and_pure():
+    n, batch = 7, 3
+    seen = [i for step in range(7) for i in train_drafter.batch_indices(n, 5, step, batch)]
+    assert sorted(seen[:7]) == list(range(7)) and sorted(seen[7:14]) == list(range(7))
+    assert train_drafter.batch_indices(n, 5, 4, batch) == train_drafter.batch_indices(n, 5, 4, batch)
+    assert train_drafter.batch_indices(n, 6, 0, 7) != train_drafter.batch_indices(n, 5, 0, 7)
+
+
+def test_collate_aligns_positions_with_answer_tokens():
+    k = torch.tensor([[5, 6]] * 2)
+    lp = torch.log(torch.tensor([[0.6, 0.2]] * 2))
+    s = drafter_data.Sample([1, 2, 3, 5, 9], 3, k, lp)
+    b = drafter_model.collate([s, drafter_data.Sample([4, 7, 8], 1, k, lp)])
+    assert b.ids.tolist() == [[1, 2, 3, 5], [4, 7, 0, 0]]
+    assert b.positions.tolist() == [[0, 2], [0, 3], [1, 0], [1, 1]]  # the predecessors of 5, 9, 7, 8
+    assert b.targets.tolist() == [5, 9, 7, 8]
+    assert torch.allclose(b.topk_probs, torch.tensor([[0.75, 0.25]] * 4))
+
+
+def test_projected_embedding_keeps_the_principal_subspace():
+    torch.manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(16, 16))[0][:4]          # a 4-dim subspace of R^16
+    emb = torch.randn(50, 4) * torch.tensor([8.0, 4.0, 2.0, 1.0]) @ basis
+    small = drafter_model.projected_embedding(emb, 4)
+    gram = lambda x: (x - x.mean(0)) @ (x - x.mean(0)).T  # noqa: E731  (the geometry of the rows)
+    scale = emb.norm(dim=1).mean() / (emb @ basis.T).norm(dim=1).mean()
+    assert small.shape == (50, 4)
+    assert torch.allclose(gram(small), gram(emb) * scale**2, rtol=1e-3, atol=1e-2)
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("target"), "llama_tied_llama3")
+
+
+def run(target: Path, corpus: Path, out: Path, *extra: str) -> dict:
+    return train_drafter.main(["--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
+                               "--out", str(out), "--threads", "1", *extra])
+
+
+def test_soft_labels_are_the_targets_greedy_choice(target, corpus, tmp_path):
+    run(target, corpus, tmp_path / "a", "--steps", "1")
+    shard = load_file(str(tmp_path / "a" / "data" / "train" / "shard-00000.safetensors"))  # greedy shard
+    assert torch.equal(shard["topk_ids"][:, 0], shard["response_ids"])
+    lp = shard["topk_logprobs"].float()
+    assert (lp[:, :-1] >= lp[:, 1:]).all() and (lp.exp().sum(1) <= 1.001).all()
+    samples = drafter_data.read_samples(tmp_path / "a" / "data" / "train")
+    assert len(samples) == train_drafter.PRESETS["tiny"].n_prompts
+
+
+def test_resumed_training_equals_one_run_and_exports(target, corpus, tmp_path):
+    one = run(target, corpus, tmp_path / "one")
+    assert run(target, corpus, tmp_path / "two", "--stop-after", "2").get("drafter") is None
+    two = run(target, corpus, tmp_path / "two")
+    a = load_file(str(Path(one["drafter"]) / "model.safetensors"))
+    b = load_file(str(Path(two["drafter"]) / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert next(iter(a.values())).dtype == torch.bfloat16
+    cfg = json.loads((Path(one["drafter"]) / "config.json").read_text())
+    assert cfg["vocab_size"] == json.loads((target / "config.json").read_text())["vocab_size"]
+    assert (tmp_path / "one" / "drafter" / "tokenizer.json").read_bytes() == (target / "tokenizer.json").read_bytes()
+    prompts = json.loads((Path(one["drafter"]) / "prompts.json").read_text())["prompts"]
+    assert prompts and set(p["text"] for p in prompts) == set(drafter_prompts.build_prompts(True, corpus))
+    assert (Path(one["drafter"]) / "calib.txt").read_text().strip()
+    assert 0.0 <= one["heldout_top1_agreement"] <= one["heldout_top3_agreement"] <= 1.0

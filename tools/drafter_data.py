@@ -1,0 +1,135 @@
+"""Self-generated distillation data for tools/train_drafter.py: the target answers chat prompts, and
+its top-k next-token distribution at every answer token is kept as the drafter's soft label.
+
+Shards
+    ``DATA/shard-NNNNN.safetensors``, one generation batch each, written atomically, so an
+    interrupted run resumes at the first missing shard. A shard holds, for its prompts in order:
+    ``prompt_ids``/``prompt_offsets`` (the chat-formatted prompt), ``response_ids``/
+    ``response_offsets`` (the target's answer, up to and including its end-of-turn token) and,
+    one row per answer token, ``topk_ids`` [T, K] (int32) and ``topk_logprobs`` [T, K] (float16):
+    the target's log-probabilities given everything before that token.
+    Shard s decodes greedily unless s % SAMPLED_EVERY == SAMPLED_EVERY - 1; then it samples at
+    temperature 1 with seed (seed, s), so the drafter also sees the contexts --temp 1 produces.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SAMPLED_EVERY = 3
+KEYS = ("prompt_ids", "prompt_offsets", "response_ids", "response_offsets", "topk_ids", "topk_logprobs")
+
+
+@dataclass(frozen=True)
+class GenSpec:
+    batch: int        # prompts per shard
+    max_new: int      # answer tokens at most
+    max_prompt: int   # longer prompts are skipped
+    top_k: int        # soft-label width
+    seed: int
+
+
+def encode_prompts(tokenizer, chat, texts: list[str], max_prompt: int) -> list[list[int]]:
+    """Chat-formatted token ids (plain text when the target has no chat template); long ones dropped."""
+    ids = [tokenizer.encode(chat.render([{"role": "user", "content": t}]) if chat else t).ids for t in texts]
+    return [p for p in ids if len(p) <= max_prompt]
+
+
+def left_pad(prompts: list[list[int]], pad: int):
+    import torch
+
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask  # [B, P] each
+
+
+def answer_length(tokens, eos: set[int]) -> int:
+    """Tokens up to and including the first end-of-turn token."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return i + 1
+    return len(tokens)
+
+
+def generate_shard(model, prompts: list[list[int]], spec: GenSpec, index: int, eos: set[int]) -> dict:
+    """One batch of answers and their top-k soft labels, as the shard's tensors."""
+    import torch
+
+    sampled = index % SAMPLED_EVERY == SAMPLED_EVERY - 1
+    pad = min(eos)
+    ids, mask = left_pad(prompts, pad)
+    torch.manual_seed(spec.seed * 100003 + index)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=spec.max_new, do_sample=sampled,
+                             temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad, eos_token_id=sorted(eos),
+                             output_logits=True, return_dict_in_generate=True)
+    answers = out.sequences[:, ids.shape[1]:]                                  # [B, T]
+    logprobs = torch.stack(out.logits, dim=1).float().log_softmax(-1)          # [B, T, V]
+    top = logprobs.topk(spec.top_k, dim=-1)
+    rows = {k: [] for k in KEYS}
+    for b, prompt in enumerate(prompts):
+        n = answer_length(answers[b].tolist(), eos)
+        rows["prompt_ids"].append(torch.tensor(prompt, dtype=torch.int32))
+        rows["response_ids"].append(answers[b, :n].to(torch.int32))
+        rows["topk_ids"].append(top.indices[b, :n].to(torch.int32))
+        rows["topk_logprobs"].append(top.values[b, :n].to(torch.float16))
+    lengths = lambda key: torch.tensor([0] + [len(x) for x in rows[key]]).cumsum(0)  # noqa: E731
+    return {"prompt_ids": torch.cat(rows["prompt_ids"]), "prompt_offsets": lengths("prompt_ids"),
+            "response_ids": torch.cat(rows["response_ids"]), "response_offsets": lengths("response_ids"),
+            "topk_ids": torch.cat(rows["topk_ids"]), "topk_logprobs": torch.cat(rows["topk_logprobs"])}
+
+
+def shard_path(data_dir: Path, index: int) -> Path:
+    return data_dir / f"shard-{index:05d}.safetensors"
+
+
+def write_shards(model, prompts: list[list[int]], spec: GenSpec, data_dir: Path, eos: set[int], label: str) -> None:
+    """Generate every missing shard of `prompts` (spec.batch per shard) into data_dir."""
+    from safetensors.torch import save_file
+    from tqdm import tqdm
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    n_shards = -(-len(prompts) // spec.batch)
+    todo = [s for s in range(n_shards) if not shard_path(data_dir, s).is_file()]
+    if not todo:
+        return
+    bar = tqdm(total=n_shards, initial=n_shards - len(todo), desc=f"generate {label}", unit="shard",
+               mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True)
+    for s in todo:
+        batch = prompts[s * spec.batch:(s + 1) * spec.batch]
+        tensors = generate_shard(model, batch, spec, s, eos)
+        tmp = shard_path(data_dir, s).with_suffix(".tmp")
+        save_file(tensors, str(tmp), metadata={"sampled": str(s % SAMPLED_EVERY == SAMPLED_EVERY - 1)})
+        tmp.rename(shard_path(data_dir, s))
+        bar.update(1)
+    bar.close()
+
+
+@dataclass(frozen=True)
+class Sample:
+    ids: list[int]       # prompt + answer
+    answer_start: int    # index of the first answer token in ids
+    topk_ids: object     # [T, K] int64 tensor: soft-label support for answer token t
+    topk_logprobs: object  # [T, K] float32 tensor
+
+
+def read_samples(data_dir: Path) -> list[Sample]:
+    """Every (prompt, answer, soft labels) of the shards in data_dir, in shard order."""
+    from safetensors.torch import load_file
+
+    samples = []
+    for path in sorted(data_dir.glob("shard-*.safetensors")):
+        t = load_file(str(path))
+        po, ro = t["prompt_offsets"].tolist(), t["response_offsets"].tolist()
+        for i in range(len(po) - 1):
+            prompt = t["prompt_ids"][po[i]:po[i + 1]].tolist()
+            answer = t["response_ids"][ro[i]:ro[i + 1]].tolist()
+            if answer:
+                samples.append(Sample(prompt + answer, len(prompt), t["topk_ids"][ro[i]:ro[i + 1]].long(),
+                                      t["topk_logprobs"][ro[i]:ro[i + 1]].float()))
+    return samples

@@ -1,0 +1,103 @@
+"""Chat prompts for distilling a drafter (tools/train_drafter.py), made from material on every machine.
+
+Every function and class with a docstring in the Python standard library (the corpus of
+pair_data.py) becomes one instruction, phrased by one of TEMPLATES: write this function, explain
+this code, what does module.name do, summarise this docstring, ... The template, and the order
+of the prompts, are pure functions of the object's path and name, so the set is identical on every
+call on one Python version.
+
+Held-out split: pair_data's (sha256 of the file's relative path mod 20 == 0). Prompts from held-out
+files are never used for training; they are the benchmark's chat prompts.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pair_data import corpus_files, is_heldout, read_text, rel_posix, stdlib_root
+
+MAX_CODE_CHARS = 700
+MAX_DOC_CHARS = 500
+
+TEMPLATES = (
+    "Write a Python function `{name}{signature}` that does the following: {summary}",
+    "What does `{module}.{name}` in the Python standard library do? Answer briefly.",
+    "Explain what this Python code does:\n\n```python\n{code}\n```",
+    "Write a docstring for this Python function:\n\n```python\n{code_nodoc}\n```",
+    "Summarize the following documentation in two sentences:\n\n{doc}",
+    "Give a short example of how to use `{module}.{name}` in Python.",
+    "Rewrite this Python code so that it is easier to read, and explain the changes:\n\n```python\n{code}\n```",
+    "{summary} How would you do that in Python? Show a short example.",
+)
+
+
+@dataclass(frozen=True)
+class DocItem:
+    path: str       # relative to the stdlib root
+    module: str     # dotted module name
+    name: str
+    signature: str  # "(a, b=1)" for functions, "" for classes
+    doc: str        # the whole docstring, cut to MAX_DOC_CHARS
+    code: str       # the source, cut to MAX_CODE_CHARS at a line end
+    code_nodoc: str # the source without its docstring
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.path}:{self.name}".encode()).hexdigest()
+
+
+def cut_lines(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: text.rfind("\n", 0, limit) + 1 or limit].rstrip()
+
+
+def module_name(rel: str) -> str:
+    parts = rel.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def without_docstring(source: str, node: ast.AST) -> str:
+    doc = node.body[0]
+    lines = source.split("\n")
+    start, end = doc.lineno - node.lineno, doc.end_lineno - node.lineno
+    return "\n".join(lines[:start] + lines[end + 1:])
+
+
+def doc_items(path: Path, root: Path) -> Iterator[DocItem]:
+    """Public top-level functions and classes of one file that have a docstring of a sentence or more."""
+    text, rel = read_text(path), rel_posix(path, root)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node)
+        source = ast.get_source_segment(text, node)
+        if not doc or len(doc) < 40 or source is None:
+            continue
+        signature = f"({ast.unparse(node.args)})" if isinstance(node, ast.FunctionDef) else ""
+        yield DocItem(rel, module_name(rel), node.name, signature, cut_lines(doc, MAX_DOC_CHARS),
+                      cut_lines(source, MAX_CODE_CHARS), cut_lines(without_docstring(source, node), MAX_CODE_CHARS))
+
+
+def instruction(item: DocItem) -> str:
+    """The item phrased by the template its key picks."""
+    template = TEMPLATES[int(item.key[:8], 16) % len(TEMPLATES)]
+    summary = item.doc.split("\n\n")[0].replace("\n", " ").strip()
+    return template.format(name=item.name, signature=item.signature, module=item.module, summary=summary,
+                           code=item.code, code_nodoc=item.code_nodoc, doc=item.doc)
+
+
+def build_prompts(heldout: bool, root: Path | None = None) -> list[str]:
+    """The training (heldout=False) or held-out instructions, in a fixed pseudo-random order."""
+    root = Path(root).resolve() if root else stdlib_root()
+    items = [item for path in corpus_files(root) if is_heldout(rel_posix(path, root)) == heldout
+             for item in doc_items(path, root)]
+    items.sort(key=lambda item: item.key)
+    return [instruction(item) for item in items]
