@@ -2,12 +2,14 @@
 
 Tokens per iteration come from the calibration trees, latencies from the profiled cost curves of
 the forward buckets (yggc/plan/objective.py); the plan keeps the best few candidates for `yggc inspect`.
+After the shape's own buckets are profiled, checked_plan prices it again with the measured phase
+latencies and switches speculation off when it loses to the verifier alone.
 """
 from __future__ import annotations
 
 from ..errors import YggcError
 from ..plan.calibration import TreeSample, tokens_per_iteration
-from ..plan.objective import ShapeScore, StageCosts, rank_shapes
+from ..plan.objective import ShapeScore, StageCosts, measured_speedup, rank_shapes
 from ..plan.shape import TreeShape
 
 PLAN_CANDIDATES = 10
@@ -33,3 +35,16 @@ def choose_shape(candidates: dict[TreeShape, float], costs: StageCosts) -> tuple
             "source": "calibration", "objective": best.to_dict(),
             "candidates": [c.to_dict() for c in ranking[:PLAN_CANDIDATES]]}
     return best.shape, plan
+
+
+def checked_plan(plan: dict, profile: dict, step) -> dict:
+    """The calibrated plan with its measured speedup; speculation is switched off when the compiled
+    tree is slower than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
+    phases, step_ms = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
+    iteration_ms = phases["draft"] + phases["verify"]
+    speedup = measured_speedup(plan["objective"]["tokens_per_iter"], step_ms, iteration_ms)
+    plan = {**plan, "measured": {"iteration_ms": round(iteration_ms, 4), "verifier_step_ms": round(step_ms, 4),
+                                 "speedup": round(speedup, 4)}, "speculate": speedup > 1.0}
+    if not plan["speculate"]:
+        step(f"the tree measured {speedup:.2f}x the verifier alone: the bundle decodes without speculation")
+    return plan

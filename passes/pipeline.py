@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from ..errors import YggcError
 from ..graphs import check_pair
-from ..plan.objective import StageCosts, measured_speedup
+from ..plan.objective import StageCosts
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime import models
 from ..runtime.autoregressive import PREFILL_CHUNK
@@ -25,7 +25,7 @@ from ..runtime.draft_phase import DraftPhase
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.verify_phase import GreedyVerifyPhase
 from .calibrate import CalibrationSpec, calibrate
-from .choose_shape import candidate_shapes, choose_shape
+from .choose_shape import candidate_shapes, checked_plan, choose_shape
 from .lower import lower_bucket, lower_draft_phase, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .profile import profile_forward, profile_models
@@ -148,19 +148,6 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
          f"(estimated {plan['objective']['speedup']:.2f}x)")
     return shape, plan, record, forward
-
-
-def checked_plan(plan: dict, profile: dict, step) -> dict:
-    """The calibrated plan with its measured speedup; speculation is switched off when the compiled
-    tree is slower than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
-    phases, step_ms = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
-    iteration_ms = phases["draft"] + phases["verify"]
-    speedup = measured_speedup(plan["objective"]["tokens_per_iter"], step_ms, iteration_ms)
-    plan = {**plan, "measured": {"iteration_ms": round(iteration_ms, 4), "verifier_step_ms": round(step_ms, 4),
-                                 "speedup": round(speedup, 4)}, "speculate": speedup > 1.0}
-    if not plan["speculate"]:
-        step(f"the tree measured {speedup:.2f}x the verifier alone: the bundle decodes without speculation")
-    return plan
 
 
 def compile_bundle(job: CompileJob, log=print) -> Path:

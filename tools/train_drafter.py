@@ -74,10 +74,13 @@ PRESETS = {
 
 def batch_indices(n: int, seed: int, step: int, batch: int) -> list[int]:
     """Items of step `step`: consecutive slices of a fresh permutation of range(n) per epoch."""
+    perms: dict[int, np.ndarray] = {}  # one permutation per epoch the step touches (at most two)
     out = []
     for k in range(step * batch, (step + 1) * batch):
         epoch, i = divmod(k, n)
-        out.append(int(np.random.default_rng([seed, epoch]).permutation(n)[i]))
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(n)
+        out.append(int(perms[epoch][i]))
     return out
 
 

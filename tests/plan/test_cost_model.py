@@ -20,7 +20,7 @@ def test_fit_is_flat_for_one_point():
 def test_checked_plan_turns_speculation_off_when_the_measured_tree_loses():
     """SmolLM2 on an AVX2 EPYC: the calibrated D1 W2 V2 tree (1.39 tokens per iteration) priced at 1.01x by
     the fitted curves, but its compiled phases took 16.5 + 135.8 ms against a 50.7 ms verifier step."""
-    from yggc.passes.pipeline import checked_plan
+    from yggc.passes.choose_shape import checked_plan
 
     from yggc.plan.objective import measured_speedup
 
