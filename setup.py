@@ -10,7 +10,7 @@ setup(
     python_requires=">=3.10",
     # graphs/ and passes/ live at the top of the repo but install under the yggc namespace only.
     packages=["yggc", "yggc.tree", "yggc.plan", "yggc.bundle", "yggc.runtime", "yggc.bench", "yggc.cli",
-              "yggc.graphs", "yggc.passes"],
+              "yggc.serve", "yggc.graphs", "yggc.passes"],
     package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
     package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors",
                            "smollm2_drafter/*.json", "smollm2_drafter/*.txt", "smollm2_drafter/*.safetensors"]},
@@ -25,7 +25,9 @@ setup(
         "jinja2>=3.1",  # chat templates
     ],
     extras_require={
-        "dev": ["pytest>=7", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4", "matplotlib>=3.5"],
+        "dev": ["pytest>=7", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4", "matplotlib>=3.5",
+                "fastapi>=0.110", "uvicorn>=0.29", "openai>=1.40", "httpx>=0.27"],
+        "serve": ["fastapi>=0.110", "uvicorn>=0.29"],  # yggc serve: the OpenAI-compatible HTTP server
         "plot": ["matplotlib>=3.5"],
         "hf": ["transformers>=4.45"],
         "cuda": ["cuda-python>=12"],

@@ -99,15 +99,21 @@ def to_graph_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, t
 
 
 def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.float32,
-               device: str | torch.device = "cpu") -> LlamaGraph:
-    """Build a LlamaGraph with a cache of `n_slots` slots and load the checkpoint's weights."""
+               device: str | torch.device = "cpu", weights: bool = True) -> LlamaGraph:
+    """Build a LlamaGraph with a cache of `n_slots` slots and load the checkpoint's weights. weights=False
+    builds the cache and RoPE buffers only and leaves the parameters on the meta device: for compiled
+    packages that carry their own frozen weights, so the weights are not read or held twice."""
     path = _check_dir(model_dir)
     cfg = load_config(path)
-    state = to_graph_state(read_hf_tensors(path), cfg)
     with torch.device("meta"):
         model = LlamaGraph(cfg, n_slots, dtype)
-    materialize(model, device)
+    materialize(model, device, parameters=weights)
     model.inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim).to(device)  # to_empty left it uninitialised
+    for cache in model.caches():  # masked slots must hold zeros (0 x NaN would leak into every row)
+        cache.k.zero_(), cache.v.zero_()
+    if not weights:
+        return model.eval().requires_grad_(False)
+    state = to_graph_state(read_hf_tensors(path), cfg)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     for name, shape in expected.items():
         if name not in state and not (cfg.tie_word_embeddings and name == "lm_head.weight"):
@@ -119,16 +125,15 @@ def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.f
     model.load_state_dict(state, strict=False, assign=False)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.embed.weight
-    for cache in model.caches():
-        cache.k.zero_(), cache.v.zero_()
     return model.eval().requires_grad_(False)
 
 
-def materialize(model: torch.nn.Module, device: str | torch.device) -> None:
-    """Give meta tensors uninitialised storage on `device` (Module.to_empty pulls in sympy: ~1 s of imports)."""
+def materialize(model: torch.nn.Module, device: str | torch.device, parameters: bool = True) -> None:
+    """Give meta buffers (and parameters) uninitialised storage on `device` (Module.to_empty pulls in sympy:
+    ~1 s of imports)."""
     for mod in model.modules():
         for name, p in mod._parameters.items():
-            if p is not None and p.is_meta:
+            if parameters and p is not None and p.is_meta:
                 mod._parameters[name] = torch.nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=device),
                                                            requires_grad=False)
         for name, b in mod._buffers.items():

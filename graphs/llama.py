@@ -10,6 +10,8 @@ cache slots 0..S-1 where `attn_mask` is True. The RoPE position is separate from
 so a token tree (many nodes at one depth) is verified in one call. S may be smaller than the
 allocated cache (a shorter view is cheaper); every mask row must allow at least one slot.
 There is no data-dependent Python control flow, so torch.compile / torch.export see one graph.
+Exported, attention is written as plain reductions (attend_rowwise) so that, with GEMM kernels whose
+K order does not depend on the row count, a row's logits are bit-identical whatever the width.
 """
 from __future__ import annotations
 
@@ -52,6 +54,21 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+def attend_rowwise(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked GQA attention as elementwise products and sums, laid out so that every sum over cache slots
+    runs slot by slot within one row (rows, not slots, are what a vector lane holds). Compiled, a row's
+    result is then bit-identical whatever the number of rows and wherever its visible keys sit in the
+    cache: masked slots add exact zeros. A BLAS batched GEMM picks kernels by the row count instead.
+    q [H, W, hd]; keys, values [KV, S, hd]; mask [W, S] bool -> [H, W, hd]."""
+    (H, W, hd), n_kv = q.shape, keys.shape[0]
+    qg = q.reshape(n_kv, 1, H // n_kv, W, hd)  # heads sharing a KV head side by side
+    scores = (keys[:, :, None, None, :] * qg).sum(-1, dtype=torch.float32) * hd ** -0.5  # [KV, S, G, W]
+    scores = scores.masked_fill(~mask.t()[:, None, :], float("-inf"))
+    e = torch.exp(scores - scores.amax(1, keepdim=True))  # [KV, S, G, W]
+    num = (e[..., None] * values[:, :, None, None, :]).sum(1)  # [KV, G, W, hd]
+    return (num / e.sum(1)[..., None]).to(q.dtype).view(H, W, hd)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype):
         super().__init__()
@@ -73,10 +90,12 @@ class Attention(nn.Module):
         v_cache.index_copy_(1, slots, v)
         S = mask.shape[1]
         keys, values = k_cache[:, :S], v_cache[:, :S]  # [KV, S, hd]
-        out = F.scaled_dot_product_attention(
-            q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0), attn_mask=mask[None, None], enable_gqa=True
-        )  # [1, H, W, hd]
-        return self.wo(out[0].transpose(0, 1).reshape(W, self.n_heads * self.hd))
+        if torch.compiler.is_exporting():
+            out = attend_rowwise(q, keys, values, mask)  # [H, W, hd]
+        else:  # eager: the fused kernel is much faster than the broadcast products
+            out = F.scaled_dot_product_attention(q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
+                                                 attn_mask=mask[None, None], enable_gqa=True)[0]  # [H, W, hd]
+        return self.wo(out.transpose(0, 1).reshape(W, self.n_heads * self.hd))
 
 
 class MLP(nn.Module):

@@ -1,7 +1,14 @@
-"""Lower pass: one AOTInductor package per (model, width) bucket, cache view length S dynamic.
+"""Lower pass: the models' forwards (and, at O1, the fused draft/verify phases) as AOTInductor packages.
 
-torch.export captures the graph's forward at a fixed width W; Inductor compiles it to C++ (CPU) or
-Triton (CUDA) kernels. Weights and the KV cache stay out of the package so buckets share them.
+torch.export captures the graph's forward; Inductor compiles it to C++ (CPU) or Triton (CUDA) kernels.
+The cache view length S is always dynamic. How buckets map onto packages depends on the level:
+
+O1: one package per (model, width) bucket; weights and the KV cache stay out of the packages, so every
+    bucket of a model shares them, and the draft and verify phases are fused packages of their own.
+O2: one package per model with the width W dynamic too (1..max_width), serving every bucket of that
+    model. Weights are frozen into it and packed once for Inductor's C++ GEMM template (max-autotune),
+    which keeps small-W steps at the memory floor where the BLAS library's small-M GEMMs are not
+    (tools/bench_gemm_layouts.py). The phases run eagerly around it, so the weights exist once.
 """
 from __future__ import annotations
 
@@ -15,11 +22,19 @@ from ..plan.shape import HEAD_WIDTH
 from ..runtime.draft_phase import DraftPhase
 from ..runtime.verify_phase import GreedyVerifyPhase
 
-# O1: weights stay out of the package and are shared by every bucket of a model.
-# O2: weights frozen into each package (constant folding, max-autotune GEMM templates instead of MKL);
-#     faster small-W steps, one weight copy per bucket, much longer compiles. The KV cache is shared either way.
 INDUCTOR_CONFIGS = {"O1": {"aot_inductor.package_constants_in_so": False},
                     "O2": {"freezing": True, "max_autotune": True}}
+# O2 on a CPU: only Inductor's C++ GEMM template. Its K loop does not depend on the row count, so rows are
+# batch-invariant; MKL's small-M kernels are neither invariant nor near the memory floor.
+CPU_GEMM_BACKENDS = "CPP"
+O2_TUNE_WIDTH = 4  # the width O2's GEMM blocking is tuned at: a typical verify width, cheap at 1 too
+
+
+def inductor_config(opt: str, device: str) -> dict:
+    config = dict(INDUCTOR_CONFIGS[opt])
+    if opt == "O2" and device == "cpu":
+        config["max_autotune_gemm_backends"] = CPU_GEMM_BACKENDS
+    return config
 
 
 def example_inputs(width: int, max_seq: int, device: str) -> tuple[torch.Tensor, ...]:
@@ -28,21 +43,38 @@ def example_inputs(width: int, max_seq: int, device: str) -> tuple[torch.Tensor,
     return ids, pos, slots, torch.ones(width, max_seq, dtype=torch.bool, device=device)
 
 
-def compile_program(module: torch.nn.Module, inputs: tuple, view_arg: tuple[int, int], max_seq: int,
-                    out_path: Path, opt: str = "O1") -> Path:
-    """Export `module` on `inputs` with the cache view length S dynamic (dim view_arg[1] of input
-    view_arg[0]); compile to out_path."""
-    view = Dim("S", min=2, max=max_seq)  # attention reads cache slots [0, S); S varies per call
-    dynamic = tuple({view_arg[1]: view} if i == view_arg[0] else None for i in range(len(inputs)))
+def view_dim(max_seq: int) -> Dim:
+    return Dim("S", min=2, max=max_seq)  # attention reads cache slots [0, S); S varies per call
+
+
+def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple, out_path: Path, opt: str = "O1",
+                    device: str = "cpu") -> Path:
+    """Export `module` on `inputs` with the `dynamic` dims (torch.export's dynamic_shapes); compile to out_path."""
     program = torch.export.export(module, inputs, dynamic_shapes=dynamic)
-    torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=INDUCTOR_CONFIGS[opt])
+    torch._inductor.aoti_compile_and_package(program, package_path=str(out_path),
+                                             inductor_configs=inductor_config(opt, device))
     return out_path
+
+
+def view_only(n_inputs: int, arg: int, dim: int, max_seq: int) -> tuple:
+    """dynamic_shapes with only the cache view length (dim `dim` of input `arg`) dynamic."""
+    return tuple({dim: view_dim(max_seq)} if i == arg else None for i in range(n_inputs))
 
 
 def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, device: str = "cpu",
                  opt: str = "O1") -> Path:
     """graph.forward at input width `width` -> out_path (.pt2)."""
-    return compile_program(graph, example_inputs(width, max_seq, device), (3, 1), max_seq, out_path, opt)
+    return compile_program(graph, example_inputs(width, max_seq, device), view_only(4, 3, 1, max_seq), out_path,
+                           opt, device)
+
+
+def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
+                opt: str = "O2") -> Path:
+    """graph.forward at every input width 1..max_width -> one package (.pt2)."""
+    width = Dim("W", min=1, max=max_width)
+    dynamic = ({0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)})
+    return compile_program(graph, example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device), dynamic,
+                           out_path, opt, device)
 
 
 def lower_draft_phase(phase: DraftPhase, max_seq: int, out_path: Path, device: str = "cpu", opt: str = "O1") -> Path:
@@ -50,7 +82,7 @@ def lower_draft_phase(phase: DraftPhase, max_seq: int, out_path: Path, device: s
     long = {"dtype": torch.long, "device": device}
     inputs = (torch.zeros(HEAD_WIDTH, **long), torch.tensor([0, 1], **long), torch.arange(max_seq, device=device),
               torch.zeros(2, phase.depth, **long))
-    return compile_program(phase, inputs, (2, 0), max_seq, out_path, opt)
+    return compile_program(phase, inputs, view_only(len(inputs), 2, 0, max_seq), out_path, opt, device)
 
 
 def lower_verify_phase(phase: GreedyVerifyPhase, n_nodes: int, max_seq: int, out_path: Path,
@@ -60,4 +92,4 @@ def lower_verify_phase(phase: GreedyVerifyPhase, n_nodes: int, max_seq: int, out
     inputs = (torch.zeros(n_nodes, **long), torch.full((n_nodes,), -1, **long), torch.zeros(n_nodes, **long),
               torch.zeros(n_nodes, device=device), torch.eye(n_nodes, dtype=torch.bool, device=device),
               torch.tensor(0, **long), torch.arange(max_seq, device=device))
-    return compile_program(phase, inputs, (6, 0), max_seq, out_path, opt)
+    return compile_program(phase, inputs, view_only(len(inputs), 6, 0, max_seq), out_path, opt, device)

@@ -1,8 +1,9 @@
 """`yggc compile`: the passes in order, each reported on one progress bar.
 
 load -> check pair -> lower forward buckets -> [with --calib: profile them -> calibrate -> choose the
-tree shape by the objective -> lower the shape's buckets] -> lower the draft/verify phases ->
+tree shape by the objective -> lower the shape's buckets] -> lower the draft/verify phases (O1) ->
 profile -> write bundle (atomic). Later passes (train predictor, plan) slot in before the write.
+At O2 each model is lowered once, at every width (passes/lower.py), and the phases run eagerly.
 """
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.verify_phase import GreedyVerifyPhase
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, choose_shape
-from .lower import lower_bucket, lower_draft_phase, lower_verify_phase
+from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .profile import profile_forward, profile_models
 from .write_bundle import BundleWriter
 
 # extra widths lowered and profiled before calibration, so the cost curves have points between 2 and 32
 PROBE_WIDTHS = {"verifier": (8, 16), "drafter": (4, 8)}
+MODEL_PACKAGE_WIDTH = 64  # O2: widths 1..64 (or the widest bucket the job can ask for) share one package
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,34 @@ def verify_phase_bucket(shape: TreeShape, verifier) -> dict:
             "module": GreedyVerifyPhase(verifier, shape.depth, shape.verify)}
 
 
+def package_width(job: CompileJob) -> int:
+    """O2: the widest input a model package takes - every bucket the job can lower, calibration's trees too."""
+    widest = max(MODEL_PACKAGE_WIDTH, PREFILL_CHUNK, *PROBE_WIDTHS["verifier"])
+    if job.shape is not None:
+        widest = max(widest, job.shape.verify + 1)
+    if job.calib is not None:
+        widest = max(widest, 1 + job.calib.max_depth * max(job.calib.widths))
+    return widest
+
+
+def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
+                         step) -> list[dict]:
+    """O2: one package per model (lowered the first time the model is asked for) behind all its buckets."""
+    buckets = []
+    for name, model in loaded.items():
+        rel = f"artifacts/{name}.pt2"
+        if widths[name] and not w.path(rel).exists():
+            lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
+            step(f"lowered {name} at every width 1..{package_width(job)}")
+        buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
+                    for width in widths[name]]
+    return buckets
+
+
 def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
                           step) -> list[dict]:
+    if job.opt == "O2":
+        return lower_model_packages(w, loaded, widths, job, step)
     buckets = []
     for name, model in loaded.items():
         for width in widths[name]:
@@ -121,6 +149,8 @@ def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, P
 def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel], buckets: list[dict],
                      shape: TreeShape, job: CompileJob) -> SpeculativeDecoder:
     """The decoder the runtime will build from these buckets (for profiling)."""
+    if job.opt == "O2":  # eager phases around the compiled models
+        return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     vocab = loaded["verifier"].graph.cfg.vocab_size
     draft_runner = load_bucket(root / draft["file"], DraftPhase(loaded["drafter"].graph, shape.depth,
@@ -153,9 +183,10 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     widths = bucket_widths(job.shape, probe=job.calib is not None)
-    n_steps = 5 + 2 * sum(len(w) for w in widths.values())  # load, lower + profile per bucket, phases, write
-    if job.calib:
-        n_steps += 4 + len(job.calib.widths)  # profile, calibrate per width, choose, the shape's own buckets
+    n_buckets, o1 = sum(len(w) for w in widths.values()), job.opt == "O1"
+    n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
+    # profile each bucket; with calibration: profile once, calibrate per width, choose, the shape's new verify bucket
+    n_steps += 3 + len(job.calib.widths) + o1 if job.calib else n_buckets
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     done = itertools.count(1)
@@ -175,7 +206,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         for name, model in loaded.items():
             w.copy_model_dir(model.path, name)
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
-        compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend)
+        width = package_width(job) if job.opt == "O2" else 0
+        compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width)
                     for name, m in loaded.items()}
         shape, plan, measured = job.shape, {"source": "compile flags"}, None
         if job.calib:
@@ -187,7 +219,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             for name, model in compiled.items():
                 model.add_buckets(forward_packages(w.root, added, name))
             buckets += added
-        buckets += lower_phases(w, loaded, shape, job, step)
+        if job.opt == "O1":
+            buckets += lower_phases(w, loaded, shape, job, step)
         decoder = compiled_decoder(w.root, loaded, compiled, buckets, shape, job)
         profile = profile_models(compiled, lowered_widths(buckets), loaded["verifier"].layout, shape,
                                  job.profile_repeats, step, decoder, measured)
@@ -197,7 +230,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         w.write_json("plan.json", {"depth": shape.depth, "width": shape.width, "verify": shape.verify, **plan})
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
                   "buckets": buckets,
-                  "extra": {"opt": job.opt, "backend": job.backend, "compile_s": round(time.perf_counter() - t_start, 1)}})
+                  "extra": {"opt": job.opt, "backend": job.backend, "package_width": width,
+                            "compile_s": round(time.perf_counter() - t_start, 1)}})
         step("wrote the bundle")
     bar.close()
     log(f"yggc: wrote {job.out} in {time.perf_counter() - t_start:.1f} s")

@@ -1,6 +1,6 @@
 """The layout's import rules, read from the AST of every module (nothing is imported to check them).
 
-graphs <- tree <- plan <- runtime <- passes / bench <- cli; bundle beside them (imported by runtime and
+graphs <- tree <- plan <- runtime <- passes / bench / serve <- cli; bundle beside them (imported by runtime and
 passes, importing neither). Each rule names the packages a package may import from yggc.
 """
 import ast
@@ -18,8 +18,9 @@ ALLOWED = {
     "yggc.tree": ("yggc.tree", "yggc.errors"),
     "yggc.plan": ("yggc.plan", "yggc.tree", "yggc.errors"),
     "yggc.bundle": ("yggc.bundle", "yggc.errors", "yggc"),  # "yggc" itself for __version__
+    "yggc.serve": ("yggc.serve", "yggc.runtime", "yggc.bundle", "yggc.errors", "yggc"),
 }
-FORBIDDEN = {"yggc.runtime": ("yggc.passes", "yggc.bench", "yggc.cli")}
+FORBIDDEN = {"yggc.runtime": ("yggc.passes", "yggc.bench", "yggc.serve", "yggc.cli")}
 
 
 def module_files() -> dict[str, Path]:
@@ -109,6 +110,10 @@ def test_no_import_cycle_among_yggc_modules():
     ("yggc.bench.harness", "from ..cli.main import main", "nothing imports yggc.cli"),
     ("yggc.graphs.llama", "from yggc.errors import YggcError", "yggc.graphs may import only"),
     ("yggc.bundle.manifest", "from ..runtime import models", "yggc.bundle may import only"),
+    ("yggc.runtime.runtime", "from ..serve.app import create_app", "yggc.runtime never imports"),
+    ("yggc.serve.app", "from ..passes.pipeline import compile_bundle", "yggc.serve may import only"),
+    ("yggc.serve.worker", "from ..bench.harness import run", "yggc.serve may import only"),
+    ("yggc.serve.app", "from ..cli.main import main", "nothing imports yggc.cli"),
 ])
 def test_a_forbidden_import_is_caught(importer, line, rule):
     g = import_graph()

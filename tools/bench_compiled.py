@@ -34,7 +34,14 @@ def forward_ms(fn, width: int, context: int, layout) -> float:
         return median_ms(lambda: fn(ids, slots, slots, mask), 30)
 
 
+def has_eager_weights(rt: Runtime) -> bool:
+    """O2 bundles load no eager weights (the packages carry them): their eager rows cannot run."""
+    return not rt.verifier.graph.embed.weight.is_meta
+
+
 def bucket_table(rt: Runtime, context: int = 256) -> list[str]:
+    if not has_eager_weights(rt):
+        return ["(an O2 bundle: no eager weights to compare with; tools/bench_widths.py times its widths)"]
     lines = ["| bucket | eager ms | compiled ms | speedup |", "|---|---|---|---|"]
     layout = rt.verifier.layout
     for name, model in rt.compiled.items():
@@ -71,10 +78,10 @@ def compare_decoders(decoders: dict, prompts: list[list[int]], n: int, repeats: 
 
 def decode_table(rt: Runtime, prompts: list[list[int]], n: int, repeats: int) -> list[str]:
     layout = rt.verifier.layout
-    decoders = {"ar-eager": AutoregressiveDecoder(rt.verifier.graph, layout),
-                "ar-compiled": rt.decoder(speculative=False),
-                "tree-eager": SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, layout, rt.shape),
-                "tree-compiled": rt.decoder(speculative=True)}
+    decoders = {"ar-compiled": rt.decoder(speculative=False), "tree-compiled": rt.decoder(speculative=True)}
+    if has_eager_weights(rt):
+        decoders = {"ar-eager": AutoregressiveDecoder(rt.verifier.graph, layout), **decoders,
+                    "tree-eager": SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, layout, rt.shape)}
     return compare_decoders(decoders, prompts, n, repeats)
 
 

@@ -148,3 +148,15 @@ def test_cli_silences_known_third_party_noise_only():
         warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use TreeSpec.is_leaf()", FutureWarning, stacklevel=1)
         warnings.warn("a real warning", FutureWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["a real warning"]
+
+
+def test_ctrl_c_stops_run_with_one_line_and_130():
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "yggc.cli", "run", "-p", "def fibonacci(n):", "-n", "1000", "-t", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.read(4)  # decoding has started
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert first and proc.returncode == 130, err
+    assert err.strip().splitlines() == ["yggc: interrupted"] and out.endswith("\n")

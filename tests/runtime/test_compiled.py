@@ -204,24 +204,6 @@ def test_compiled_sampling_follows_eager_sampling(bundle, shape):
         assert got == rt.generate([5, 6, 7], 24, decoder=eager, **kw).tokens
 
 
-def test_o2_bucket_freezes_weights_and_shares_the_cache(pair_dirs, tmp_path):
-    """--opt O2: weights baked into the package, the KV cache still the model's own (shared) tensor."""
-    from yggc.graphs import load_model
-    from yggc.passes.lower import lower_bucket
-
-    from yggc.runtime.buckets import load_bucket
-    from yggc.runtime.cache_layout import causal_rows
-
-    graph, ref = load_model(pair_dirs[0], 65), load_model(pair_dirs[0], 65)
-    runner = load_bucket(lower_bucket(graph, 1, 64, tmp_path / "v1.pt2", opt="O2"), graph, "O2")
-    with torch.inference_mode():
-        for i, tok in enumerate([3, 1, 4, 1, 5, 9]):
-            s = torch.tensor([i])
-            args = (torch.tensor([tok]), s.clone(), s.clone(), causal_rows(s, 64))
-            assert (runner(*args) - ref(*args)).abs().max().item() < 1e-4
-    assert torch.allclose(graph.caches()[0].k[:, :6], ref.caches()[0].k[:, :6], atol=1e-4)  # the shared cache
-
-
 def test_bfloat16_bundle_is_lossless_against_bfloat16_decoding(pair_dirs, tmp_path):
     """bf16 end to end (weights, KV cache, compiled buckets): the tree through compiled bf16 buckets equals the
     bundle's own compiled bf16 verifier decoding, token for token. (Compiled and eager bf16 kernels round

@@ -34,6 +34,8 @@ def test_cache_input_bucket_shares_the_models_cache(tmp_path):
 def test_tensorrt_backend_needs_cuda(capsys):
     assert main(["compile", "--backend", "tensorrt", "-o", "/nonexistent/b"]) == 2
     assert "add --device cuda" in capsys.readouterr().err
+    assert main(["compile", "--backend", "tensorrt", "--device", "cuda", "--opt", "O2", "-o", "/nonexistent/b"]) == 2
+    assert "use it with --opt O1" in capsys.readouterr().err
 
 
 @pytest.mark.cuda

@@ -82,7 +82,7 @@ def test_source_tree_imports_without_install(tmp_path):
     assert got["installed"] is False
     assert Path(got["yggc"]) == ROOT / "yggc" / "__init__.py"
     assert Path(got["graphs"]) == ROOT / "graphs" / "__init__.py"
-    assert [Path(p) for p in got["passes_dirs"]] == [ROOT / "passes"] and got["same"]
+    assert [Path(p) for p in got["passes_dirs"]] == [ROOT / "passes", ROOT / "graphs"] and got["same"]
     from yggc.bundle.machine import passes_hash
 
     assert got["hash"] == passes_hash() != ""  # the same sources hash the same as the installed package

@@ -78,19 +78,22 @@ def isa_fingerprint(device: str) -> str:
 
 
 def passes_dirs() -> list[Path]:
-    """Where yggc.passes is installed, found without importing (executing) it."""
-    spec = importlib.util.find_spec("yggc.passes")
-    return [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    """Where yggc.passes and yggc.graphs (what the passes compile) are installed, found without importing them."""
+    dirs = []
+    for package in ("yggc.passes", "yggc.graphs"):
+        spec = importlib.util.find_spec(package)
+        dirs += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    return dirs
 
 
 def passes_hash() -> str:
-    """sha256 over the compile passes' sources (names and contents, sorted); '' if not installed."""
+    """sha256 over the compile passes' and graphs' sources (names and contents, sorted); '' if not installed."""
     dirs = passes_dirs()
     h = hashlib.sha256()
     for d in dirs:
         for f in sorted(d.rglob("*.py")):
             if "__pycache__" not in f.parts:
-                h.update(f"{f.relative_to(d).as_posix()}\0{file_sha256(f)}\n".encode())
+                h.update(f"{d.name}/{f.relative_to(d).as_posix()}\0{file_sha256(f)}\n".encode())
     return h.hexdigest() if dirs else ""
 
 

@@ -20,6 +20,11 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # so the bundle writer deletes its partial directory on `kill` too
 
 
+# CPU: O2's frozen C++ GEMMs keep small-W steps at the memory floor and rows batch-invariant. CUDA: O1 (buckets
+# captured as CUDA graphs per width); O2 there is not measured yet.
+DEFAULT_OPT = {"cpu": "O2", "cuda": "O1"}
+
+
 def compile_command(args: argparse.Namespace) -> int:
     from ..passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
 
@@ -29,7 +34,7 @@ def compile_command(args: argparse.Namespace) -> int:
     calib = calibration_spec(args)
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
                      None if calib else tree_shape(args), models.parse_dtype(args.dtype),
-                     models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite, opt=args.opt,
+                     models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite, opt=args.opt or DEFAULT_OPT[args.device],
                      calib=calib, backend=args.backend)
     warn_if_busy()
     compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
@@ -41,6 +46,8 @@ def check_target(args: argparse.Namespace) -> None:
     if args.backend == "tensorrt" and args.device != "cuda":
         raise YggcError("--backend tensorrt builds TensorRT engines for NVIDIA GPUs; add --device cuda "
                         "or use --backend inductor")
+    if args.backend == "tensorrt" and args.opt == "O2":
+        raise YggcError("--backend tensorrt lowers one engine per width; use it with --opt O1 (the cuda default)")
     resolve_device(args.device)
     if args.backend == "tensorrt":
         from ..runtime.tensorrt_buckets import require_tensorrt

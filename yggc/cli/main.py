@@ -12,6 +12,7 @@ from .. import __version__
 from ..errors import USER_ERRORS
 from .arg_types import token_ids, whole_number
 from .bench import add_bench_parser
+from .serve import add_serve_parser
 
 # Known third-party deprecation notices that say nothing to a yggc user: (category, message prefix).
 # torch.export prints the first one twice per exported bucket (torch 2.13).
@@ -21,7 +22,8 @@ THIRD_PARTY_NOISE = (
 # subcommand -> (module of yggc.cli, function): imported only when that command runs
 COMMANDS = {"run": ("run", "run_command"), "compile": ("compile", "compile_command"),
             "import": ("import_gguf", "import_command"), "inspect": ("inspect", "inspect_command"),
-            "profile": ("inspect", "profile_command"), "bench": ("bench", "bench_command")}
+            "profile": ("inspect", "profile_command"), "bench": ("bench", "bench_command"),
+            "serve": ("serve", "serve_command")}
 NON_NEGATIVE = whole_number(0)
 POSITIVE = whole_number(1)
 
@@ -99,9 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--calib-tokens", type=POSITIVE, default=64,
                       help="greedy tokens decoded after each calibration window (default 64)")
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
-    comp.add_argument("--opt", default="O1", choices=["O1", "O2"],
-                      help="O1 (default): weights shared by all buckets. O2: weights frozen into each bucket with "
-                           "max-autotune GEMMs: faster small steps, bigger bundle, much longer compile")
+    comp.add_argument("--opt", choices=["O1", "O2"],
+                      help="O2 (default on cpu): one package per model serving every width, weights frozen in and "
+                           "packed for Inductor's C++ GEMMs, batch-invariant rows, eager tree phases around it. "
+                           "O1 (default on cuda): a weightless package per width plus fused draft/verify phases")
     comp.add_argument("--backend", default="inductor", choices=["inductor", "tensorrt"],
                       help="forward-bucket compiler: inductor (default; CPU and CUDA) or tensorrt (CUDA only, "
                            "needs `pip install 'yggc[tensorrt]'`)")
@@ -126,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("bundle", help="a bundle written by `yggc compile`")
     prof.add_argument("--plot", metavar="OUT.png", help="also draw the measured points and fitted curves")
     add_bench_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 

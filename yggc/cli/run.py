@@ -92,11 +92,18 @@ def run_command(args: argparse.Namespace) -> int:
     verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
     prompt_ids = prompt_ids_of(args, verifier)
     text = StreamDecoder(verifier.tokenizer)
-    for tokens in decoder.stream(prompt_ids, args.n_predict, params, verifier.eos_ids):
-        piece = text.push(tokens)
-        if piece and not args.json:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    steps = decoder.stream(prompt_ids, args.n_predict, params, verifier.eos_ids)
+    try:
+        for tokens in steps:
+            piece = text.push(tokens)
+            if piece and not args.json:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: end the partial line; main() prints one line and exits 130
+        steps.close()
+        if text.emitted and not args.json:
+            print(flush=True)
+        raise
     stats = decoder.stats
     if args.json:
         print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary()}))

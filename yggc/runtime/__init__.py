@@ -1,7 +1,7 @@
 """Decoding: Runtime, the autoregressive and speculative decoders, the fused draft/verify phases, the
 KV cache layout, compiled buckets and their backends (Inductor, CUDA graphs, TensorRT), devices.
 
-May import yggc.graphs, yggc.tree, yggc.plan and yggc.bundle; never yggc.passes, yggc.bench or yggc.cli.
+May import yggc.graphs, yggc.tree, yggc.plan and yggc.bundle; never yggc.passes, yggc.bench, yggc.serve or yggc.cli.
 """
 __all__ = ["Runtime"]
 

@@ -1,8 +1,10 @@
 """Compiled fixed-width buckets behind the graph's one forward signature.
 
-A bucket is an AOTInductor package (.pt2) for one model at one input width W, with the cache view
-length S dynamic. Packages hold no weights: every bucket of a model shares that model's parameters
-and its static KV cache (loaded as user-managed constants), so a write by one bucket is seen by all.
+A bucket is one model at one input width W, served by an AOTInductor package (.pt2) with the cache
+view length S dynamic. O1 packages hold one width and no weights: every bucket of a model shares the
+model's parameters. An O2 package serves every width of its model with its weights frozen inside.
+Either way the static KV cache is the model's own buffer (loaded as a user-managed constant), so a
+write by one bucket is seen by all.
 """
 from __future__ import annotations
 
@@ -78,22 +80,37 @@ class CompiledModel:
     """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise)."""
 
     def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
-                 backend: str = "inductor"):
+                 backend: str = "inductor", package_width: int = 0):
         self.graph, self.cfg, self.opt, self.backend = graph, graph.cfg, opt, backend
-        self.runners: dict[int, object] = {}
+        self.runners: dict[int, object] = {}  # the bundle's buckets: width -> runner
+        self.packages: dict[Path, object] = {}  # loaded once, whatever number of widths they serve
+        self.package_width = package_width  # O2: the one package also takes any other width up to this
         self.add_buckets(packages)
 
     def add_buckets(self, packages: dict[int, Path]) -> None:
-        """Load (and on CUDA, graph-capture) more width -> package buckets."""
+        """Load (and on CUDA, graph-capture) more width -> package buckets; a package several widths share
+        is loaded once."""
         for w, path in sorted(packages.items()):
-            run = load_forward_bucket(path, self.graph, self.opt, self.backend)
-            if next(self.graph.parameters()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
+            if path not in self.packages:
+                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend)
+            run = self.packages[path]
+            if next(self.graph.buffers()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
                 max_seq = self.graph.n_slots - 1
                 run = capture_cuda_graphs(run, w, max_seq, max_seq)
             self.runners[w] = run
 
+    def runner(self, width: int):
+        """The bucket of this width, else an O2 package that takes it, else None (eager)."""
+        run = self.runners.get(width)
+        if run is None and width <= self.package_width and self.packages:
+            run = next(iter(self.packages.values()))
+        return run
+
     def __call__(self, input_ids, position_ids, cache_slots, attn_mask) -> torch.Tensor:
-        run = self.runners.get(input_ids.shape[0])
+        run = self.runner(input_ids.shape[0])
+        if run is None and self.graph.embed.weight.is_meta:
+            raise YggcError(f"width {input_ids.shape[0]} is not compiled into this bundle (widths 1.."
+                            f"{self.package_width}) and its weights are only in the packages; use a smaller tree")
         if run is None:
             return self.graph(input_ids, position_ids, cache_slots, attn_mask)
         return run(input_ids, position_ids, cache_slots, attn_mask)

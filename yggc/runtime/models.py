@@ -74,17 +74,20 @@ def context_length(model_dir: Path, max_seq: int | None) -> int:
     return max_seq
 
 
-def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = "cpu") -> LoadedModel:
+def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = "cpu",
+         weights: bool = True) -> LoadedModel:
+    """weights=False: the graph holds its KV cache only (see graphs.load_model); compiled packages bring weights."""
     path = Path(model_dir)
     layout = CacheLayout(max_seq)
-    return LoadedModel(load_model(path, layout.n_slots, dtype, device), load_tokenizer(path), layout, path,
+    return LoadedModel(load_model(path, layout.n_slots, dtype, device, weights), load_tokenizer(path), layout, path,
                        load_chat_template(path))
 
 
 def model_device(model) -> torch.device:
-    """Where a graph (or a CompiledModel around one) keeps its weights."""
+    """Where a graph (or a CompiledModel around one) keeps its KV cache (a weightless graph's parameters are
+    on the meta device), else its parameters."""
     graph = getattr(model, "graph", model)
-    return next(graph.parameters()).device
+    return next(iter((*graph.buffers(), *graph.parameters()))).device
 
 
 def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,

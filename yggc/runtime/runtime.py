@@ -3,12 +3,16 @@
     rt = yggc.Runtime.load("bundle")
     out = rt.generate("def fib(n):", max_new_tokens=64)
     for piece in rt.stream("import os", max_new_tokens=32): print(piece, end="")
+
+One request at a time (request_lock.py): a call from another thread waits for the running request,
+or raises RuntimeBusy with blocking=False; a stream closed or dropped half-way frees the Runtime; a
+stream resumed after a newer request on the same thread raises StreamInterrupted, never wrong tokens.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from .buckets import CompiledModel, load_bucket
 from .detokenize import StreamDecoder
 from .device import resolve_device
 from .draft_phase import DraftPhase
+from .request_lock import RequestLock
 from .speculative import SpeculativeDecoder
 from .stats import DecodeStats
 from .verify_phase import GreedyVerifyPhase
@@ -52,7 +57,8 @@ class Runtime:
         self.speculate = speculate  # the plan's verdict: False when the compiled tree lost to plain decoding
         self.verifier, self.drafter, self.compiled = verifier, drafter, compiled
         self.tokenizer = verifier.tokenizer
-        self.last_stats = DecodeStats()
+        self.last_stats = DecodeStats()  # of the last request that ran to its end (or was closed)
+        self.requests = RequestLock()  # one KV cache: one request at a time
         self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
         self.verify_runners: dict[tuple[int, int, int], object] = {}  # (D, W, V) -> compiled greedy verify phase
 
@@ -63,7 +69,9 @@ class Runtime:
         manifest = validate_bundle(path)
         dtype = models.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
-        loaded = {name: models.load(path / name, dtype, manifest.max_seq, device) for name in ("verifier", "drafter")}
+        frozen = manifest.extra.get("opt") == "O2"  # the packages carry the weights: load the caches only
+        loaded = {name: models.load(path / name, dtype, manifest.max_seq, device, weights=not frozen)
+                  for name in ("verifier", "drafter")}
         with trusted_cpu_isa():
             return cls._load_buckets(path, manifest, loaded)
 
@@ -73,7 +81,7 @@ class Runtime:
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in manifest.buckets
                      if b["model"] == name and b["kind"] == "forward"}
-            compiled[name] = CompiledModel(model.graph, files, opt, backend)
+            compiled[name] = CompiledModel(model.graph, files, opt, backend, manifest.extra.get("package_width", 0))
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))
@@ -109,24 +117,43 @@ class Runtime:
 
     def stream_tokens(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                       top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None,
-                      messages: list[dict[str, str]] | None = None) -> Iterator[list[int]]:
-        """Accepted token ids per iteration; a chat stops at the template's end of turn."""
-        dec = decoder or self.decoder()
-        params = SamplingParams(temperature, top_k, top_p, seed)
-        yield from dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids)
-        self.last_stats = dec.stats
+                      messages: list[dict[str, str]] | None = None, blocking: bool = True) -> Iterator[list[int]]:
+        """Accepted token ids per iteration; a chat stops at the template's end of turn.
+
+        Holds the Runtime from the first next() until the end, close() or garbage collection;
+        blocking=False raises RuntimeBusy instead of waiting for another thread's request."""
+        ticket = self.requests.acquire(blocking)
+        dec = steps = None
+        try:
+            dec = decoder or self.decoder()
+            params = SamplingParams(temperature, top_k, top_p, seed)
+            steps = dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids)
+            while True:
+                with self.requests.step(ticket):  # StreamInterrupted if a newer request reused the cache
+                    tokens = next(steps, None)
+                if tokens is None:
+                    break
+                yield tokens
+        finally:
+            if steps is not None:
+                steps.close()
+            if dec is not None and self.requests.holds(ticket):
+                self.last_stats = dec.stats
+            self.requests.release(ticket)
 
     def stream(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, **kw) -> Iterator[str]:
         """Yields text pieces as they are accepted (prompt text or ids, or messages=[...])."""
         text = StreamDecoder(self.tokenizer)
-        for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
-            piece = text.push(tokens)
-            if piece:
-                yield piece
+        with closing(self.stream_tokens(prompt, max_new_tokens, **kw)) as steps:
+            for tokens in steps:
+                piece = text.push(tokens)
+                if piece:
+                    yield piece
 
     def generate(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, **kw) -> Generation:
         """The whole continuation of a prompt (or of messages=[...]) with its stats."""
         text = StreamDecoder(self.tokenizer)
-        for tokens in self.stream_tokens(prompt, max_new_tokens, **kw):
-            text.push(tokens)
+        with closing(self.stream_tokens(prompt, max_new_tokens, **kw)) as steps:
+            for tokens in steps:
+                text.push(tokens)
         return Generation(text.ids, text.text(), self.last_stats)

@@ -1,0 +1,96 @@
+"""--opt O2: one frozen package per model serves every width, each row's logits are bit-identical whatever
+the width and the cache view, and tree decoding through it equals the bundle's own AR decoding exactly."""
+import pytest
+import torch
+from checkpoints import write_checkpoint
+from yggc.passes.pipeline import CompileJob, compile_bundle
+
+from yggc.errors import YggcError
+from yggc.plan.shape import TreeShape
+from yggc.runtime import Runtime
+from yggc.runtime.cache_layout import causal_rows
+
+SHAPES = (TreeShape(3, 2, 5), TreeShape(4, 1, 4), TreeShape(2, 3, 6), TreeShape(3, 2, 3), TreeShape(1, 4, 4))
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("o2pair")
+    v = write_checkpoint(root / "v", "llama_gqa", seed=21)
+    return v, write_checkpoint(root / "d", "llama_gqa", seed=22, base=v, noise=0.03)
+
+
+@pytest.fixture(scope="module")
+def o2_bundle(pair_dirs, tmp_path_factory):
+    """bf16: where rounding differences are large enough to flip greedy tokens if rows were not invariant."""
+    out = tmp_path_factory.mktemp("o2") / "bundle"
+    compile_bundle(CompileJob(*pair_dirs, out, SHAPES[0], dtype=torch.bfloat16, max_seq=128, profile_repeats=2,
+                              opt="O2"), log=lambda m: None)
+    return out
+
+
+def rows_at_widths(model, tokens: torch.Tensor, n: int, widths, view: int) -> dict[int, torch.Tensor]:
+    """Logits of tokens[n : n+w] fed at once after the prefix tokens[:n], for each width w."""
+    pos = torch.arange(n)
+    model(tokens[:n], pos, pos, causal_rows(pos, view))
+    out = {}
+    for w in widths:
+        slots = n + torch.arange(w)
+        out[w] = model(tokens[n:n + w], slots, slots, causal_rows(slots, view)).clone()
+    return out
+
+
+def assert_rows_invariant(model, widths: tuple[int, ...], views: tuple[int, int]) -> None:
+    tokens = torch.randint(1, 300, (40,), generator=torch.Generator().manual_seed(3))
+    short, long = (rows_at_widths(model, tokens, 20, widths, view) for view in views)
+    for w in widths:
+        assert torch.equal(short[w], short[widths[-1]][:w]), f"width {w} changed a row's logits"
+        assert torch.equal(long[w], short[w]), f"the cache view changed width {w}'s logits"
+
+
+@torch.inference_mode()
+def test_float32_package_freezes_weights_shares_the_cache_and_keeps_rows_invariant(pair_dirs, tmp_path):
+    from yggc.graphs import load_model
+    from yggc.passes.lower import lower_model
+
+    from yggc.runtime.buckets import load_bucket
+
+    graph, ref = load_model(pair_dirs[0], 65), load_model(pair_dirs[0], 65)
+    runner = load_bucket(lower_model(graph, 16, 64, tmp_path / "v.pt2"), graph, "O2")
+    for i, tok in enumerate([3, 1, 4, 1, 5, 9]):
+        s = torch.tensor([i])
+        args = (torch.tensor([tok]), s.clone(), s.clone(), causal_rows(s, 64))
+        assert (runner(*args) - ref(*args)).abs().max().item() < 1e-4  # the frozen weights are the model's
+    assert torch.allclose(graph.caches()[0].k[:, :6], ref.caches()[0].k[:, :6], atol=1e-4)  # the shared cache
+    assert_rows_invariant(runner, (1, 2, 3, 4, 5, 8, 13, 16), (40, 64))  # 20 cached + 16 rows fit both views
+
+
+@torch.inference_mode()
+def test_rows_are_bit_identical_across_widths_and_views(o2_bundle):
+    rt = Runtime.load(o2_bundle)
+    verifier = rt.compiled["verifier"]
+    assert len(verifier.packages) == 1  # every width through the one package
+    assert_rows_invariant(verifier, (1, 2, 3, 4, 5, 8, 13, 16), (64, 128))
+
+
+def test_one_package_per_model_weights_once_eager_phases(o2_bundle):
+    rt = Runtime.load(o2_bundle)
+    files = {b["file"] for b in rt.manifest.buckets}
+    assert files == {"artifacts/verifier.pt2", "artifacts/drafter.pt2"}
+    assert {b["kind"] for b in rt.manifest.buckets} == {"forward"}  # no phase packages: no second weight copy
+    assert not rt.draft_runners and not rt.verify_runners
+    assert rt.verifier.graph.embed.weight.is_meta  # the weights live in the packages only, not twice in memory
+    wide = rt.compiled["verifier"].package_width + 1  # no package takes it and there are no eager weights
+    slots = torch.arange(wide)
+    with pytest.raises(YggcError, match=f"width {wide} is not compiled into this bundle"):
+        rt.compiled["verifier"](slots, slots, slots, causal_rows(slots, 128))
+
+
+def test_tree_decoding_equals_compiled_ar_for_every_shape(o2_bundle):
+    rt = Runtime.load(o2_bundle)
+    ar = rt.decoder(speculative=False)
+    for seed in range(2):
+        prompt = torch.randint(1, 301, (6 + 11 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        ref = rt.generate(prompt, 40, decoder=ar).tokens
+        for shape in SHAPES:
+            assert rt.generate(prompt, 40, decoder=rt.decoder(shape=shape)).tokens == ref, shape

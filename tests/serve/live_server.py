@@ -1,0 +1,52 @@
+"""Helpers for the serve tests: a live server in a background thread, Prometheus samples."""
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+MODEL = "demo"
+
+
+@dataclass
+class Live:
+    url: str     # http://127.0.0.1:PORT
+    app: object  # the FastAPI app (app.state.worker, app.state.metrics)
+    runtime: object
+
+    def client(self, **kw):
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=kw.pop("api_key", "none"), max_retries=0,
+                             timeout=60, **kw)
+
+
+def start(runtime, settings):
+    """Serve create_app(runtime, settings) until the returned stop() is called."""
+    import uvicorn
+
+    from yggc.serve.app import create_app
+
+    app = create_app(runtime, settings)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started and thread.is_alive() and time.time() < deadline:
+        time.sleep(0.02)
+    assert server.started, "the test server did not start"
+
+    def stop():
+        server.should_exit = True
+        thread.join(10)
+
+    return Live(f"http://127.0.0.1:{sock.getsockname()[1]}", app, runtime), stop
+
+
+def metric(text: str, name: str) -> float:
+    """One sample's value from a Prometheus text page (name with its labels, as printed)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise KeyError(name)

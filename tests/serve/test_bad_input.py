@@ -1,0 +1,113 @@
+"""Every class of bad input gets its 4xx with OpenAI's error JSON, and the server keeps serving."""
+import json
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+from live_server import MODEL, start
+
+OK = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 4}
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+CASES = [  # (path, body: dict or raw text, status, error code, param)
+    ("completions", "{not json", 400, "invalid_json", None),
+    ("completions", "[1, 2]", 400, "invalid_json", None),
+    ("completions", {**OK, "model": "gpt-4o"}, 404, "model_not_found", "model"),
+    ("completions", {k: v for k, v in OK.items() if k != "model"}, 400, "missing_required_parameter", "model"),
+    ("completions", {**OK, "prompt": "x " * 600}, 400, "context_length_exceeded", "prompt"),
+    ("completions", {**OK, "prompt": [1, 2, 99999]}, 400, "invalid_value", "prompt"),
+    ("completions", {**OK, "prompt": ""}, 400, "invalid_value", "prompt"),
+    ("completions", {**OK, "prompt": ["a", "b"]}, 400, "unsupported_parameter", "prompt"),
+    ("completions", {**OK, "temperature": 2.5}, 400, "invalid_value", "temperature"),
+    ("completions", {**OK, "temperature": "hot"}, 400, "invalid_value", "temperature"),
+    ("completions", {**OK, "top_p": 0}, 400, "invalid_value", "top_p"),
+    ("completions", {**OK, "max_tokens": 0}, 400, "invalid_value", "max_tokens"),
+    ("completions", {**OK, "max_tokens": True}, 400, "invalid_value", "max_tokens"),
+    ("completions", {**OK, "seed": -1}, 400, "invalid_value", "seed"),
+    ("completions", {**OK, "stop": ["a", "b", "c", "d", "e"]}, 400, "invalid_value", "stop"),
+    ("completions", {**OK, "stop": [""]}, 400, "invalid_value", "stop"),
+    ("completions", {**OK, "n": 2}, 400, "unsupported_parameter", "n"),
+    ("completions", {**OK, "logprobs": 3}, 400, "unsupported_parameter", "logprobs"),
+    ("completions", {**OK, "presence_penalty": 0.5}, 400, "unsupported_parameter", "presence_penalty"),
+    ("completions", {**OK, "stream": "yes"}, 400, "invalid_value", "stream"),
+    ("chat/completions", {**CHAT, "messages": []}, 400, "invalid_value", "messages"),
+    ("chat/completions", {**CHAT, "messages": [{"role": "robot", "content": "hi"}]}, 400, "invalid_value", "messages[0]"),
+    ("chat/completions", {**CHAT, "messages": [{"role": "user", "content": 5}]}, 400, "invalid_value",
+     "messages[0].content"),
+    ("chat/completions", {**CHAT, "tools": [{"type": "function"}]}, 400, "unsupported_parameter", "tools"),
+    ("chat/completions", {**CHAT, "messages": [{"role": "user", "content": "x " * 600}]}, 400,
+     "context_length_exceeded", "messages"),
+]
+
+
+def assert_openai_error(r: httpx.Response, status: int, code: str | None = None, param: str | None = None):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str) and err["message"]
+    assert err["code"] == code and err["param"] == param
+
+
+@pytest.mark.parametrize("path, body, status, code, param", CASES, ids=[f"{c[0]}-{c[3]}-{c[4]}" for c in CASES])
+def test_bad_request_gets_openai_error_json(live, path, body, status, code, param):
+    content = body if isinstance(body, str) else json.dumps(body)
+    r = httpx.post(f"{live.url}/v1/{path}", content=content, headers={"content-type": "application/json"})
+    assert_openai_error(r, status, code, param)
+
+
+def test_unknown_route_method_and_huge_body(live):
+    assert_openai_error(httpx.get(f"{live.url}/v1/nothing"), 404, "not_found")
+    assert_openai_error(httpx.get(f"{live.url}/v1/completions"), 405, "method_not_allowed")
+    huge = json.dumps({**OK, "prompt": "x" * (2 << 20)})
+    assert_openai_error(httpx.post(f"{live.url}/v1/completions", content=huge), 413, "request_too_large")
+    assert httpx.post(f"{live.url}/v1/completions", json=OK).status_code == 200  # still serving
+
+
+def test_the_openai_client_raises_its_own_errors(live, monkeypatch):
+    client = live.client()
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="gpt-4o", prompt="x")
+    with pytest.raises(openai.BadRequestError, match="top_p must be"):
+        client.chat.completions.create(model=MODEL, messages=CHAT["messages"], top_p=0)
+    monkeypatch.setattr(live.runtime.verifier, "chat", None)
+    with pytest.raises(openai.BadRequestError, match="no chat template"):
+        client.chat.completions.create(model=MODEL, messages=CHAT["messages"])
+
+
+def test_api_key_and_full_queue(demo_runtime):
+    """A server with a key and a one-request queue: 401 without the key; with the Runtime held by another
+    thread, one request decodes (waiting for it), one waits in the queue, the third gets 429."""
+    from yggc.serve.settings import ServeSettings
+
+    server, stop = start(demo_runtime, ServeSettings(MODEL, api_key="sekret", queue_size=1))
+    try:
+        with pytest.raises(openai.AuthenticationError, match="incorrect API key"):
+            server.client(api_key="wrong").models.list()
+        assert httpx.get(f"{server.url}/health").status_code == 200  # health and metrics need no key
+        client, worker = server.client(api_key="sekret"), server.app.state.worker
+        held = demo_runtime.stream_tokens("x", 4)
+        next(held)  # this thread holds the Runtime: the decoding thread will wait for it
+        answers = []
+        ask = lambda: answers.append(client.completions.create(model=MODEL, prompt="def", max_tokens=4))  # noqa: E731
+        threads = [threading.Thread(target=ask), threading.Thread(target=ask)]
+        threads[0].start()
+        wait_for(lambda: worker.current is not None)
+        threads[1].start()
+        wait_for(lambda: worker.depth == 1)
+        with pytest.raises(openai.RateLimitError, match="queue is full"):
+            client.completions.create(model=MODEL, prompt="def", max_tokens=4)
+        held.close()
+        for t in threads:
+            t.join(60)
+        assert [a.usage.completion_tokens for a in answers] == [4, 4]
+        assert "yggc_requests_rejected_total 1" in httpx.get(f"{server.url}/metrics").text
+    finally:
+        stop()
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.01)

@@ -1,0 +1,132 @@
+"""The official openai client against a live server returns exactly what Runtime.generate gives."""
+import threading
+
+import httpx
+import pytest
+from live_server import MODEL, metric
+
+PROMPT = "def fibonacci(n):"
+MESSAGES = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "def add(a, b):"}]
+
+
+def completion_text(client, stream: bool, **kw) -> str:
+    out = client.completions.create(model=MODEL, stream=stream, **kw)
+    return "".join(c.choices[0].text for c in out) if stream else out.choices[0].text
+
+
+def chat_text(client, stream: bool, **kw) -> str:
+    out = client.chat.completions.create(model=MODEL, stream=stream, **kw)
+    return "".join(c.choices[0].delta.content or "" for c in out if c.choices) if stream else out.choices[0].message.content
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_greedy_text_equals_runtime_generate(live, stream):
+    rt, client = live.runtime, live.client()
+    ref = rt.generate(PROMPT, 48)
+    assert completion_text(client, stream, prompt=PROMPT, max_tokens=48, temperature=0) == ref.text
+    chat_ref = rt.generate(messages=MESSAGES, max_new_tokens=32)
+    assert chat_text(client, stream, messages=MESSAGES, max_tokens=32, temperature=0) == chat_ref.text
+
+
+def test_non_streaming_response_carries_usage_and_speculative_stats(live):
+    rt = live.runtime
+    ref = rt.generate(PROMPT, 24)
+    out = live.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0)
+    assert out.choices[0].finish_reason == "length"
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (ref.stats.n_prompt, len(ref.tokens))
+    stats = out.model_extra["yggc"]
+    assert stats["speculative"] and stats["tree"] == {"depth": 3, "width": 2, "verify": 5}
+    assert stats["n_iterations"] == ref.stats.n_iterations and stats["mean_accepted_length"] >= 1.0
+
+
+def test_stream_ends_with_finish_stats_usage_and_done(live):
+    with httpx.stream("POST", f"{live.url}/v1/chat/completions", timeout=60,
+                      json={"model": MODEL, "messages": MESSAGES, "max_tokens": 8, "temperature": 0, "stream": True,
+                            "stream_options": {"include_usage": True}}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in r.iter_lines() if line]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    import json
+
+    objs = [json.loads(e[6:]) for e in events[:-1]]
+    assert objs[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert objs[-2]["choices"][0]["finish_reason"] == "length" and "n_iterations" in objs[-2]["yggc"]
+    assert objs[-1]["choices"] == [] and objs[-1]["usage"]["completion_tokens"] == 8
+
+
+def test_seeded_sampling_repeats_and_matches_the_runtime(live):
+    rt, client = live.runtime, live.client()
+    kw = dict(prompt=PROMPT, max_tokens=32, temperature=0.8, top_p=0.95, seed=7)
+    a, b = completion_text(client, False, **kw), completion_text(client, True, **kw)
+    assert a == b == rt.generate(PROMPT, 32, temperature=0.8, top_p=0.95, seed=7).text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_strings_cut_the_text(live, stream):
+    ref = live.runtime.generate(PROMPT, 48).text
+    stop = ref[ref.index("return"):][:9]  # a stop string somewhere in the middle of the answer
+    out = live.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=48, temperature=0, stop=[stop, "@@"],
+                                           stream=stream)
+    chunks = list(out) if stream else [out]
+    assert "".join(c.choices[0].text for c in chunks) == ref[:ref.index(stop)]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_concurrent_clients_get_their_own_complete_answers(live):
+    rt = live.runtime
+    prompts = ["def fibonacci(n):", "import os\n", "class Point:"]
+    refs = [rt.generate(p, 40).text for p in prompts]
+    got = {}
+
+    def ask(i):
+        got[i] = completion_text(live.client(), i % 2 == 0, prompt=prompts[i], max_tokens=40, temperature=0)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [got.get(i) for i in range(3)] == refs
+
+
+def test_a_client_that_disconnects_frees_the_server(live):
+    client = live.client()
+    before = httpx.get(f"{live.url}/metrics").text
+    stream = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=400, temperature=0, stream=True)
+    chunks = [next(iter(stream)) for _ in range(3)]
+    assert all(c.choices[0].text is not None for c in chunks)
+    stream.close()  # gone mid-stream
+    out = client.completions.create(model=MODEL, prompt="import os\n", max_tokens=8, temperature=0)
+    assert out.usage.completion_tokens == 8  # the next request runs
+    after = httpx.get(f"{live.url}/metrics").text
+    cancelled = 'yggc_requests_total{outcome="cancelled"}'
+    assert metric(after, cancelled) == metric(before, cancelled) + 1
+    decoded = metric(after, "yggc_generated_tokens_total") - metric(before, "yggc_generated_tokens_total") - 8
+    assert 3 <= decoded < 200  # stopped soon after the disconnect, far from max_tokens=400
+
+
+def test_models_health_and_metrics(live):
+    client = live.client()
+    assert [m.id for m in client.models.list()] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    assert httpx.get(f"{live.url}/health").json()["status"] == "ok"
+    page = httpx.get(f"{live.url}/metrics")
+    assert page.headers["content-type"].startswith("text/plain")
+    for name in ("yggc_queue_depth", "yggc_requests_rejected_total", "yggc_time_per_output_token_seconds_count",
+                 "yggc_time_to_first_token_seconds_count", "yggc_accepted_length_count"):
+        assert metric(page.text, name) >= 0
+    assert metric(page.text, 'yggc_requests_total{outcome="completed"}') > 0
+    assert metric(page.text, "yggc_accepted_length_sum") >= metric(page.text, "yggc_accepted_length_count") > 0
+
+
+def test_a_non_streaming_client_that_gives_up_cancels_its_decode(live):
+    before = httpx.get(f"{live.url}/metrics").text
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{live.url}/v1/completions", timeout=0.3,
+                   json={"model": MODEL, "prompt": PROMPT, "max_tokens": 400, "temperature": 0})
+    out = live.client().completions.create(model=MODEL, prompt="import os\n", max_tokens=8, temperature=0)
+    assert out.usage.completion_tokens == 8
+    after = httpx.get(f"{live.url}/metrics").text
+    cancelled = 'yggc_requests_total{outcome="cancelled"}'
+    assert metric(after, cancelled) == metric(before, cancelled) + 1
+    assert metric(after, "yggc_generated_tokens_total") - metric(before, "yggc_generated_tokens_total") - 8 < 200

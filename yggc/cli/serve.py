@@ -1,0 +1,51 @@
+"""`yggc serve BUNDLE`: flags only; the server lives in yggc.serve, imported when the command runs
+(FastAPI and uvicorn come with the optional extra: pip install 'yggc[serve]')."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .arg_types import whole_number
+
+MISSING_EXTRA = "yggc serve needs the serve extra: pip install 'yggc[serve]'"
+
+
+def port_number(text: str) -> int:
+    port = whole_number(0)(text)
+    if port > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port 0..65535, got {port}")
+    return port
+
+
+def add_serve_parser(sub) -> None:
+    p = sub.add_parser(
+        "serve", help="serve a bundle over an OpenAI-compatible HTTP API",
+        description="Serve a compiled bundle over HTTP with the OpenAI API: POST /v1/chat/completions and "
+                    "/v1/completions (stream true/false), GET /v1/models, /health and /metrics (Prometheus). "
+                    "One request decodes at a time; the others wait in a FIFO queue (429 when it is full).")
+    p.add_argument("bundle", help="a bundle written by `yggc compile`")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=port_number, default=8080, help="port to listen on (default 8080; 0 = any free one)")
+    p.add_argument("--api-key", metavar="KEY", default=os.environ.get("YGGC_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $YGGC_API_KEY, else no key)")
+    p.add_argument("--queue", type=whole_number(1), default=8,
+                   help="requests that may wait while one decodes; more get 429 (default 8)")
+    p.add_argument("-a", "--alias", metavar="NAME",
+                   help="the model name clients send (default: the bundle folder's name)")
+    p.add_argument("--threads", "-t", type=whole_number(1), help="torch/OpenMP threads (default: torch's, one per core)")
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        print(MISSING_EXTRA, file=sys.stderr)
+        return 2
+    from ..serve.server import serve
+    from .run import set_threads
+
+    set_threads(args.threads)
+    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias)
+    return 0

@@ -1,0 +1,64 @@
+"""A queued request as the decoding thread sees it, and the events it sends back to the HTTP side.
+
+The worker thread emits Delta* then exactly one Finished or Failed; the events cross to the
+event loop through loop.call_soon_threadsafe, so the HTTP side only ever awaits an asyncio.Queue.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .api_errors import ApiError
+from .params import Sampling
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.prompt_tokens + self.completion_tokens}
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str  # newly finished text, already cut at a stop string
+
+
+@dataclass(frozen=True)
+class Finished:
+    finish_reason: str  # "stop" (end of turn, EOS or a stop string) or "length" (max_tokens or a full KV cache)
+    usage: Usage
+    stats: dict = field(hash=False)  # the speculative stats of this request (the response's "yggc" field)
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: ApiError
+
+
+Event = Delta | Finished | Failed
+
+
+class Job:
+    """One request: prompt ids and sampling in, events out; cancel() stops it at the next iteration."""
+
+    def __init__(self, prompt_ids: tuple[int, ...], sampling: Sampling, loop: asyncio.AbstractEventLoop):
+        self.prompt_ids, self.sampling, self.loop = prompt_ids, sampling, loop
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self.submitted = time.perf_counter()
+
+    def emit(self, event: Event) -> None:
+        """From the worker thread: hand an event to the event loop (a closed loop cancels the job)."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:
+            self.cancelled.set()
+
+    def cancel(self) -> None:
+        self.cancelled.set()

@@ -1,0 +1,21 @@
+"""What `yggc serve` was started with, as one frozen object the app reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_QUEUE = 8
+MIN_BODY_BYTES = 1 << 20  # a request body may hold at least 1 MiB, or 32 bytes per context token
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model_id: str               # the name clients send as "model" (GET /v1/models)
+    api_key: str | None = None  # when set, /v1/* needs "Authorization: Bearer KEY"
+    queue_size: int = DEFAULT_QUEUE  # requests waiting beyond the one decoding; more get 429
+    created: int = 0            # the model's "created" time (the bundle's, in seconds)
+
+    def __post_init__(self):
+        assert self.queue_size >= 1, "a queue of at least one request"
+
+    def max_body_bytes(self, max_seq: int) -> int:
+        return max(MIN_BODY_BYTES, 32 * max_seq)

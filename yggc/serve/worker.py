@@ -1,0 +1,141 @@
+"""The decoding thread: requests wait in a bounded FIFO queue and decode one at a time on the Runtime.
+
+One Runtime owns one KV cache, so there is exactly one decoding thread. A full queue refuses the
+request at once (429) instead of letting latency grow without bound. A cancelled job (its client
+went away) stops at the next draft-verify iteration, or is skipped if it had not started.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from ..errors import YggcError
+from ..runtime.runtime import Runtime
+from .api_errors import ApiError
+from .jobs import Delta, Failed, Finished, Job, Usage
+from .metrics import Metrics
+from .stop import TextStream
+
+log = logging.getLogger("yggc.serve")
+
+
+def request_stats(dec, stop_reason: str, ttft_s: float | None, tpot_s: float | None) -> dict:
+    """The response's "yggc" field: how this request decoded (DecodeStats conventions)."""
+    st = dec.stats
+    shape = getattr(dec, "shape", None)
+    out = {"speculative": shape is not None, "stop_reason": stop_reason,
+           "ttft_ms": round(1000 * ttft_s, 3) if ttft_s is not None else None,
+           "tpot_ms": round(1000 * tpot_s, 3) if tpot_s is not None else None,
+           "n_iterations": st.n_iterations, "n_drafted": st.n_drafted, "n_accept": st.n_accept}
+    if shape is not None:
+        out["tree"] = {"depth": shape.depth, "width": shape.width, "verify": shape.verify}
+    if st.n_iterations:
+        out["acceptance_rate"] = round(st.n_accept / st.n_drafted, 4) if st.n_drafted else 0.0
+        out["mean_accepted_length"] = round((st.n_accept + st.n_iterations) / st.n_iterations, 4)
+    return out
+
+
+class DecodeWorker:
+    def __init__(self, runtime: Runtime, metrics: Metrics, queue_size: int):
+        self.runtime, self.metrics, self.queue_size = runtime, metrics, queue_size
+        self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+        self.current: Job | None = None
+        self.stopping = False
+        self.thread = threading.Thread(target=self.loop, name="yggc-decode", daemon=True)
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting (the one decoding not counted)."""
+        return self.queue.qsize()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue a job, or raise ApiError 429 (queue full) / 503 (shutting down)."""
+        if self.stopping:
+            raise ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
+        try:
+            self.queue.put_nowait(job)
+        except queue.Full:
+            self.metrics.reject()
+            raise ApiError(429, f"the server's queue is full ({self.queue_size} requests waiting); retry later",
+                           type="requests", code="rate_limit_exceeded") from None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel the running job, fail the waiting ones, end the thread."""
+        self.stopping = True
+        if self.current is not None:
+            self.current.cancel()
+        while True:
+            try:
+                job = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                job.emit(Failed(ApiError(503, "the server is shutting down", type="server_error")))
+        try:
+            self.queue.put(None, timeout=timeout)
+        except queue.Full:  # a request slipped in while stopping: the daemon thread ends with the process
+            return
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    def loop(self) -> None:
+        while (job := self.queue.get()) is not None:
+            if job.cancelled.is_set():
+                self.metrics.record("cancelled", 0, 0, None, None, [])
+                continue
+            self.current = job
+            try:
+                self.run(job)
+            except YggcError as e:  # bad input the HTTP side could not see (it checks what it can)
+                self.metrics.record("failed", len(job.prompt_ids), 0, None, None, [])
+                job.emit(Failed(ApiError(400, str(e))))
+            except Exception as e:
+                log.exception("decoding failed")
+                self.metrics.record("failed", len(job.prompt_ids), 0, None, None, [])
+                job.emit(Failed(ApiError(500, f"internal error while decoding: {e}", type="server_error")))
+            finally:
+                self.current = None
+
+    def run(self, job: Job) -> None:
+        """Decode one job, emitting text as iterations are accepted; checks for cancel between them."""
+        s, rt = job.sampling, self.runtime
+        dec = rt.decoder()
+        text = TextStream(rt.tokenizer, s.stop)
+        n_generated, first_at, last_at, cancelled = 0, None, None, False
+        steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,
+                                 decoder=dec)
+        try:
+            for tokens in steps:
+                last_at = time.perf_counter()
+                first_at = first_at or last_at
+                n_generated += len(tokens)
+                piece = text.push(tokens)
+                if piece:
+                    job.emit(Delta(piece))
+                if text.stopped:
+                    break
+                if job.cancelled.is_set():
+                    cancelled = True
+                    break
+        finally:
+            steps.close()
+        ttft = first_at - job.submitted if first_at else None
+        tpot = (last_at - first_at) / (n_generated - 1) if n_generated > 1 else None
+        self.metrics.record("cancelled" if cancelled else "completed", len(job.prompt_ids), n_generated, ttft, tpot,
+                            dec.stats.accepted_lengths)
+        if cancelled:
+            return
+        if text.stopped:
+            reason, stop_reason = "stop", "stop string"
+        else:
+            piece = text.finish()
+            if piece:
+                job.emit(Delta(piece))
+            stop_reason = dec.stats.stop_reason
+            reason = "stop" if stop_reason == "eos" else "length"
+        job.emit(Finished(reason, Usage(len(job.prompt_ids), n_generated), request_stats(dec, stop_reason, ttft, tpot)))
