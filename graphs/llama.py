@@ -155,6 +155,11 @@ class LlamaGraph(nn.Module):
     def forward(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
         return self.forward_hidden(input_ids, position_ids, cache_slots, attn_mask, *caches)[0]
 
+    @property
+    def has_weights(self) -> bool:
+        """False when built without them (graphs.load_model(weights=False)): compiled packages carry them."""
+        return not self.embed.weight.is_meta
+
     def caches(self) -> list[KVCache]:
         return [layer.attn.cache for layer in self.layers]
 

@@ -34,13 +34,8 @@ def forward_ms(fn, width: int, context: int, layout) -> float:
         return median_ms(lambda: fn(ids, slots, slots, mask), 30)
 
 
-def has_eager_weights(rt: Runtime) -> bool:
-    """O2 bundles load no eager weights (the packages carry them): their eager rows cannot run."""
-    return not rt.verifier.graph.embed.weight.is_meta
-
-
 def bucket_table(rt: Runtime, context: int = 256) -> list[str]:
-    if not has_eager_weights(rt):
+    if not rt.verifier.graph.has_weights:  # an O2 bundle: its packages carry the weights
         return ["(an O2 bundle: no eager weights to compare with; tools/bench_widths.py times its widths)"]
     lines = ["| bucket | eager ms | compiled ms | speedup |", "|---|---|---|---|"]
     layout = rt.verifier.layout
@@ -79,7 +74,7 @@ def compare_decoders(decoders: dict, prompts: list[list[int]], n: int, repeats: 
 def decode_table(rt: Runtime, prompts: list[list[int]], n: int, repeats: int) -> list[str]:
     layout = rt.verifier.layout
     decoders = {"ar-compiled": rt.decoder(speculative=False), "tree-compiled": rt.decoder(speculative=True)}
-    if has_eager_weights(rt):
+    if rt.verifier.graph.has_weights:
         decoders = {"ar-eager": AutoregressiveDecoder(rt.verifier.graph, layout), **decoders,
                     "tree-eager": SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, layout, rt.shape)}
     return compare_decoders(decoders, prompts, n, repeats)

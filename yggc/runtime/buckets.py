@@ -85,6 +85,7 @@ class CompiledModel:
         self.runners: dict[int, object] = {}  # the bundle's buckets: width -> runner
         self.packages: dict[Path, object] = {}  # loaded once, whatever number of widths they serve
         self.package_width = package_width  # O2: the one package also takes any other width up to this
+        self.any_width = None  # O2: that package
         self.add_buckets(packages)
 
     def add_buckets(self, packages: dict[int, Path]) -> None:
@@ -94,6 +95,8 @@ class CompiledModel:
             if path not in self.packages:
                 self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend)
             run = self.packages[path]
+            if self.package_width:
+                self.any_width = run
             if next(self.graph.buffers()).is_cuda:  # replay CUDA graphs instead of launching kernel by kernel
                 max_seq = self.graph.n_slots - 1
                 run = capture_cuda_graphs(run, w, max_seq, max_seq)
@@ -102,13 +105,11 @@ class CompiledModel:
     def runner(self, width: int):
         """The bucket of this width, else an O2 package that takes it, else None (eager)."""
         run = self.runners.get(width)
-        if run is None and width <= self.package_width and self.packages:
-            run = next(iter(self.packages.values()))
-        return run
+        return self.any_width if run is None and width <= self.package_width else run
 
     def __call__(self, input_ids, position_ids, cache_slots, attn_mask) -> torch.Tensor:
         run = self.runner(input_ids.shape[0])
-        if run is None and self.graph.embed.weight.is_meta:
+        if run is None and not self.graph.has_weights:
             raise YggcError(f"width {input_ids.shape[0]} is not compiled into this bundle (widths 1.."
                             f"{self.package_width}) and its weights are only in the packages; use a smaller tree")
         if run is None:

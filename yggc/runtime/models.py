@@ -1,6 +1,7 @@
 """Loading the verifier (and drafter) the user names, with the checks that must come first."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def model_device(model) -> torch.device:
     """Where a graph (or a CompiledModel around one) keeps its KV cache (a weightless graph's parameters are
     on the meta device), else its parameters."""
     graph = getattr(model, "graph", model)
-    return next(iter((*graph.buffers(), *graph.parameters()))).device
+    return next(itertools.chain(graph.buffers(), graph.parameters())).device
 
 
 def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,

@@ -47,7 +47,6 @@ class RequestLock:
                     break  # our own suspended stream: waiting for it would deadlock, so it is preempted
                 if not blocking or self._holder_thread == me:  # a request started from inside a step
                     raise RuntimeBusy(BUSY)
-                    raise RuntimeBusy(BUSY)
                 self._cond.wait()
             ticket = next(self._tickets)
             self._holder, self._holder_thread, self._stepping = ticket, me, False
