@@ -158,13 +158,17 @@ def first_two_after_root(dec, prompt, root, params, n_samples):
     return counts
 
 
-@pytest.mark.parametrize("shape,rule", [((3, 2, 6), "block"), ((2, 3, 4), "block"), ((3, 1, 3), "block"),
-                                        ((3, 1, 3), "token")])
-def test_sampling_matches_verifier_distribution(tiny_pair, shape, rule):
+T1 = SamplingParams(temperature=1.0)
+SAMPLED = [((3, 2, 6), "block", "rrs", T1), ((2, 3, 4), "block", "rrs", SamplingParams(0.8, top_p=0.9)),
+           ((3, 3, 5), "block", "rrs", SamplingParams(1.0, top_k=20, min_p=0.02)), ((2, 3, 4), "block", "point-mass", T1),
+           ((3, 1, 3), "block", "rrs", T1), ((3, 1, 3), "token", "rrs", T1)]
+
+
+@pytest.mark.parametrize("shape,chain_rule,tree_rule,params", SAMPLED)
+def test_sampling_matches_verifier_distribution(tiny_pair, shape, chain_rule, tree_rule, params):
     verifier, drafter, layout = tiny_pair
-    params = SamplingParams(temperature=1.0)
     prompt, root = [1, 5, 2], 3
-    dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(*shape), chain_rule=rule)
+    dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(*shape), chain_rule=chain_rule, tree_rule=tree_rule)
     counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES)
     p_value = chi2_pvalue(counts, exact_two(verifier, layout, prompt + [root], params))
     assert p_value > 1e-3, f"emitted tokens do not follow the verifier (p={p_value:.2g})"

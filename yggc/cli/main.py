@@ -50,6 +50,8 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 = greedy (default)")
     p.add_argument("--top-k", type=NON_NEGATIVE, default=0, help="sample from the k likeliest tokens (0 = off)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    p.add_argument("--min-p", type=float, default=0.0,
+                   help="drop tokens below this fraction of the likeliest token's probability (0 = off)")
     p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
     p.add_argument("--threads", "-t", type=POSITIVE, help="torch/OpenMP threads (default: torch's, one per core); "
@@ -66,6 +68,10 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", type=NON_NEGATIVE, default=None, help="verify nodes V (default D*W)")
     p.add_argument("--chain-rule", choices=["block", "token"], default="block",
                    help="verification rule for chains (W=1) when sampling (default block)")
+    p.add_argument("--tree-rule", choices=["rrs", "point-mass"], default="rrs",
+                   help="rule for trees (W>1) when sampling: rrs grows the tree from drafter samples and "
+                        "verifies it by recursive rejection sampling; point-mass verifies the greedy-grown "
+                        "tree (default rrs)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,7 +42,8 @@ def eager_decoder(args: argparse.Namespace):
     verifier, drafter = load_models(args)
     if drafter is None:
         return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
-    dec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), args.chain_rule)
+    dec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), args.chain_rule,
+                             tree_rule=args.tree_rule)
     return verifier, dec
 
 
@@ -58,7 +59,8 @@ def bundle_decoder(args: argparse.Namespace):
     if speculative is None and not rt.speculate:
         print("yggc: the bundle's plan decodes without speculation (its calibrated tree was slower than the "
               "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)
-    return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule)
+    return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule,
+                                     args.tree_rule)
 
 
 def prompt_ids_of(args: argparse.Namespace, verifier: models.LoadedModel) -> list[int]:
@@ -87,7 +89,7 @@ def set_threads(threads: int | None, prog: str = "yggc") -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed)
+    params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed, args.min_p)
     set_threads(args.threads)
     verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
     prompt_ids = prompt_ids_of(args, verifier)

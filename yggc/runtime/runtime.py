@@ -95,8 +95,10 @@ class Runtime:
                 rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase, opt)
         return rt
 
-    def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block"):
-        """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict."""
+    def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block",
+                tree_rule: str = "rrs"):
+        """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict. At T > 0,
+        chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs" or "point-mass")."""
         layout = self.verifier.layout
         if speculative is None:
             speculative = self.speculate or shape is not None
@@ -105,7 +107,7 @@ class Runtime:
         shape = shape or self.shape
         return SpeculativeDecoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape, chain_rule,
                                   self.draft_runners.get((shape.depth, shape.width)),
-                                  self.verify_runners.get((shape.depth, shape.width, shape.verify)))
+                                  self.verify_runners.get((shape.depth, shape.width, shape.verify)), tree_rule)
 
     def encode(self, prompt: str | list[int] | None = None, messages: list[dict[str, str]] | None = None) -> list[int]:
         """Token ids of a text prompt, of token ids as given, or of chat `messages` through the chat template."""
@@ -117,7 +119,8 @@ class Runtime:
 
     def stream_tokens(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                       top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None,
-                      messages: list[dict[str, str]] | None = None, blocking: bool = True) -> Iterator[list[int]]:
+                      messages: list[dict[str, str]] | None = None, blocking: bool = True,
+                      min_p: float = 0.0) -> Iterator[list[int]]:
         """Accepted token ids per iteration; a chat stops at the template's end of turn.
 
         Holds the Runtime from the first next() until the end, close() or garbage collection;
@@ -126,7 +129,7 @@ class Runtime:
         dec = steps = None
         try:
             dec = decoder or self.decoder()
-            params = SamplingParams(temperature, top_k, top_p, seed)
+            params = SamplingParams(temperature, top_k, top_p, seed, min_p)
             steps = dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids)
             while True:
                 with self.requests.step(ticket):  # StreamInterrupted if a newer request reused the cache

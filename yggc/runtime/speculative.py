@@ -17,7 +17,10 @@ import torch
 
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
+from ..tree.egt import egt_frontier, egt_init, egt_tree
 from ..tree.prune import prune_topk
+from ..tree.recursive_rejection import verify_tree_rrs
+from ..tree.sampled_egt import gumbel_keys, sampled_egt_step
 from ..tree.sampling import SamplingParams, next_token, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_tree_sampling
@@ -35,11 +38,12 @@ class Draft:
     q: torch.Tensor | None  # [D, vocab] drafter distributions of a sampled chain, else None
     n_fed: int  # tree nodes 0..n_fed-1 have their K/V in the drafter cache
     anc: torch.Tensor  # [N, N] ancestor-or-self mask
+    q_rows: torch.Tensor | None = None  # [N, vocab] a sampled tree's drafter distribution after each node
 
 
 class SpeculativeDecoder:
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
-                 draft_phase=None, verify_phase=None):
+                 draft_phase=None, verify_phase=None, tree_rule: str = "rrs"):
         self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
         self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab, layout.trash)
@@ -50,6 +54,7 @@ class SpeculativeDecoder:
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
+        self.tree_rule = tree_rule  # T > 0, W > 1: "rrs" (sampled tree) or "point-mass" (greedy-grown tree)
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.stats = DecodeStats()
 
@@ -71,6 +76,25 @@ class SpeculativeDecoder:
         tokens, parents, depth, cum_logp, anc = self.run_draft(*self.head_inputs(pending, n), self.drafter_moves)
         tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
         return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width, anc)
+
+    def draft_tree_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
+        """T > 0: the EGT grown from draws of the drafter's distribution (sampled_egt), for recursive
+        rejection sampling; eager, around the drafter's forward."""
+        D, W, N = self.shape.depth, self.shape.width, self.shape.n_nodes
+        tokens, meta, view = self.head_inputs(pending, n)
+        self.drafter.move_kv(*self.drafter_moves)
+        q = target_probs(self.draft_phase.head(tokens, meta[0], meta[1], view), params).expand(W, -1)  # [W, vocab]
+        q_rows = torch.zeros(N, self.vocab)
+        state = egt_init(pending[-1], D, W, self.vocab)
+        for step in range(D):
+            if step:
+                f = egt_frontier(state)
+                logits = self.drafter(f.tokens, n + f.depth, n + f.ids, tree_mask(n, f.mask, view.shape[0]))
+                q = target_probs(align_vocab(logits, self.vocab), params)                 # [W, vocab]
+            q_rows[state.newest] = q
+            state = sampled_egt_step(state, q, gumbel_keys(q.log(), gen))
+        tree = egt_tree(state)
+        return Draft(tree, None, 1 + (D - 1) * W, state.anc, q_rows)
 
     def draft_chain_sampled(self, pending: list[int], n: int, params: SamplingParams,
                             gen: torch.Generator) -> Draft:
@@ -112,6 +136,8 @@ class SpeculativeDecoder:
         if draft.q is not None:
             tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
             path = list(range(1, tau + 1))
+        elif draft.q_rows is not None:
+            path, token = verify_tree_rrs(sub.tokens, sub.parents, probs, draft.q_rows[kept], gen)
         else:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
         path = torch.tensor(path, dtype=torch.long)
@@ -158,13 +184,21 @@ class SpeculativeDecoder:
             draft = self.draft_tree(pending, n)
             new, last_id, max_depth = self.verify_greedy(draft, n)
         else:
-            draft = self.draft_tree(pending, n) if self.shape.width > 1 else self.draft_chain_sampled(pending, n, params, gen)
+            draft = self.draft_sampled(pending, n, params, gen)
             new, last_id, max_depth = self.verify_sampled(draft, n, params, gen)
         k = len(new) - 1
         self.record(max_depth, self.shape.verify, k)
         # a leaf the drafter never ran on rides along with the new root in the next head step
         pending = new[-2:] if k and last_id >= draft.n_fed else new[-1:]
         return new, n + 1 + k, pending
+
+    def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
+        """T > 0: a sampled chain (W = 1), a sampled tree (rrs) or the greedy-grown tree (point-mass)."""
+        if self.shape.width == 1:
+            return self.draft_chain_sampled(pending, n, params, gen)
+        if self.tree_rule == "rrs":
+            return self.draft_tree_sampled(pending, n, params, gen)
+        return self.draft_tree(pending, n)
 
     def fallback_step(self, root: int, n: int, params, gen, stop) -> tuple[list[int], int, list[int]]:
         """No room left for a tree: finish with plain verifier steps (the drafter is no longer needed)."""

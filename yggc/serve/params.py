@@ -25,6 +25,7 @@ class Sampling:
     temperature: float       # 0 = greedy; OpenAI's default is 1
     top_p: float             # nucleus mass, (0, 1]
     top_k: int               # 0 = off (an extension, as in vLLM and llama.cpp)
+    min_p: float             # 0 = off (an extension, as in vLLM and llama.cpp)
     seed: int | None         # the same seed gives the same text at temperature > 0
     stop: tuple[str, ...]    # the text ends before the first of these
 
@@ -113,7 +114,8 @@ def sampling(body: dict, chat: bool) -> Sampling:
     if chat and body.get("max_completion_tokens") is not None:
         max_tokens = whole(body, "max_completion_tokens", 1)
     return Sampling(max_tokens=max_tokens, temperature=number(body, "temperature", 1.0, 0.0, 2.0), top_p=top_p,
-                    top_k=whole(body, "top_k", 0) or 0, seed=whole(body, "seed", 0, 2**63), stop=stops(body))
+                    top_k=whole(body, "top_k", 0) or 0, min_p=number(body, "min_p", 0.0, 0.0, 1.0),
+                    seed=whole(body, "seed", 0, 2**63), stop=stops(body))
 
 
 def text_of(content: Any, i: int) -> str:

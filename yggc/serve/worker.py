@@ -108,7 +108,7 @@ class DecodeWorker:
         text = TextStream(rt.tokenizer, s.stop)
         n_generated, first_at, last_at, cancelled = 0, None, None, False
         steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,
-                                 decoder=dec)
+                                 decoder=dec, min_p=s.min_p)
         try:
             for tokens in steps:
                 last_at = time.perf_counter()

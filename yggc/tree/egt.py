@@ -81,18 +81,27 @@ def egt_frontier(state: EGTState) -> Frontier:
 
 def egt_step(state: EGTState, logp: torch.Tensor) -> EGTState:
     """One draft step: logp [W, vocab] = drafter log-probs for the frontier rows; returns the grown state."""
-    W, k = state.W, state.k
-    dev = logp.device
     # offer each frontier node's top-k children, padding rows offer nothing
-    top_logp, top_tok = logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR).topk(k, dim=-1)   # [W, k]
-    cand = state.cum_logp[state.newest].unsqueeze(1) + top_logp                                # [W, k]
+    top_logp, top_tok = logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR).topk(state.k, dim=-1)   # [W, k]
+    return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + top_logp, top_tok)
+
+
+def egt_grow(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, stable: bool = False) -> EGTState:
+    """Add the frontier's candidates cand [W, k] (cumulative log-probs) with tokens [W, k] to the pool and
+    make the W best in the pool the new nodes. stable=True breaks ties by pool order (torch.topk may not)."""
+    W, k = state.W, state.k
+    dev = cand.device
     cand = torch.where(state.valid.unsqueeze(1), cand, torch.full_like(cand, float("-inf")))
     slots = state.step * (W * k) + torch.arange(W * k, device=dev)                            # [W*k]
     pool_logp = state.pool_logp.index_copy(0, slots, cand.reshape(-1))
     pool_parent = state.pool_parent.index_copy(0, slots, state.newest.repeat_interleave(k))
-    pool_token = state.pool_token.index_copy(0, slots, top_tok.reshape(-1))
+    pool_token = state.pool_token.index_copy(0, slots, cand_tokens.reshape(-1))
     # the W best candidates anywhere in the tree become the new nodes
-    best_logp, best = pool_logp.topk(W)                                                       # [W]
+    if stable:
+        best_logp, order = torch.sort(pool_logp, descending=True, stable=True)
+        best_logp, best = best_logp[:W], order[:W]                                            # [W]
+    else:
+        best_logp, best = pool_logp.topk(W)                                                   # [W]
     pool_logp = pool_logp.index_fill(0, best, float("-inf"))                                  # each candidate used once
     new_ids = 1 + state.step * W + torch.arange(W, device=dev)                                # [W]
     par = pool_parent[best]

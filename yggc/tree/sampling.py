@@ -1,4 +1,7 @@
-"""Next-token distributions: temperature, top-k, top-p; greedy is temperature 0."""
+"""Next-token distributions: temperature, top-k, top-p, min-p; greedy is temperature 0.
+
+The same filters shape the drafter's and the verifier's distributions, and the verifier's filtered
+distribution is what sampling must reproduce."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +17,7 @@ class SamplingParams:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     seed: int | None = None
+    min_p: float = 0.0  # 0 = off; keep tokens with at least min_p x the likeliest token's probability
 
     def __post_init__(self):
         if self.temperature < 0:
@@ -22,6 +26,8 @@ class SamplingParams:
             raise YggcError(f"top-k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise YggcError(f"top-p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise YggcError(f"min-p must be in [0, 1], got {self.min_p}")
 
     @property
     def greedy(self) -> bool:
@@ -34,7 +40,7 @@ class SamplingParams:
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """logits [..., V] -> probabilities [..., V] after temperature, top-k and top-p (T > 0)."""
+    """logits [..., V] -> probabilities [..., V] after temperature, top-k, top-p and min-p (T > 0)."""
     logits = logits.float() / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
@@ -46,6 +52,9 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= params.top_p
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    if params.min_p > 0.0:
+        probs = probs.masked_fill(probs < params.min_p * probs.amax(-1, keepdim=True), 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
 

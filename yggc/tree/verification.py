@@ -23,7 +23,7 @@ class TreeAccept(NamedTuple):
     token: int       # the next token to emit after the path (bonus or residual sample)
 
 
-def _children(parents: torch.Tensor, scores: torch.Tensor | None) -> list[list[int]]:
+def children_lists(parents: torch.Tensor, scores: torch.Tensor | None) -> list[list[int]]:
     """Children lists per node, best draft score first (ties: lower id first)."""
     n = parents.shape[0]
     if scores is None:
@@ -42,7 +42,7 @@ def verify_greedy(tokens: torch.Tensor, parents: torch.Tensor, target_logits: to
     """tokens [n], parents [n], target_logits [n, vocab]: follow the verifier argmax from the root."""
     best = target_logits.argmax(dim=-1).tolist()  # [n] verifier's greedy next token per node
     tok = tokens.tolist()
-    kids = _children(parents, None)
+    kids = children_lists(parents, None)
     path, cur = [], 0
     while True:
         nxt = next((c for c in kids[cur] if tok[c] == best[cur]), None)
@@ -58,7 +58,7 @@ def verify_tree_sampling(tokens: torch.Tensor, parents: torch.Tensor, target_pro
     (verifier probabilities after temperature/top-k/top-p), scores [n] sibling order (e.g. cum_logp,
     tried best first; default: by id). Emits exactly the verifier's distribution for any fixed tree."""
     tok = tokens.tolist()
-    kids = _children(parents, scores)
+    kids = children_lists(parents, scores)
     # p(x) of every node's token under its parent's target row, and one uniform per node: [n] each
     flat = parents.clamp(min=0) * target_probs.shape[-1] + tokens                      # [n]
     p_tok = target_probs.reshape(-1).take(flat).tolist()

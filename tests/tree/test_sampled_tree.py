@@ -1,0 +1,178 @@
+"""Sampled EGT growth + recursive rejection sampling: the emitted tokens follow the verifier's own
+sampling law (chi-square on the joint of the first two and three tokens), for chains, wide and pruned
+trees, with top-k and top-p; seeded runs repeat; the test has power against a 5% bias."""
+import functools
+import itertools
+import sys
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from yggc.tree.egt import egt_frontier, egt_init, egt_tree
+from yggc.tree.prune import prune_topk
+from yggc.tree.recursive_rejection import verify_tree_rrs
+from yggc.tree.sampled_egt import gumbel_keys, sampled_egt_step
+from yggc.tree.sampling import SamplingParams, target_probs
+from yggc.tree.verification import verify_tree_sampling
+
+VOCAB = 5
+ALPHA = 1e-3
+
+
+class PathLM:
+    """A next-token law for every prefix (seeded by the prefix): the verifier's, and a drafter's that
+    is correlated with it but not equal."""
+
+    def __init__(self, seed: int, drafter: bool = False):
+        self.seed, self.drafter = seed, drafter
+
+    def logits(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        return prefix_logits(self.seed, self.drafter, prefix)
+
+
+@functools.cache
+def prefix_logits(seed: int, drafter: bool, prefix: tuple[int, ...]) -> torch.Tensor:
+    g = torch.Generator().manual_seed(hash((seed, prefix)) % 2**31)
+    z = 1.5 * torch.randn(VOCAB, generator=g, dtype=torch.float64)
+    if drafter:
+        z = 0.8 * z + 0.9 * torch.randn(VOCAB, generator=g, dtype=torch.float64)
+    return z
+
+
+def node_prefix(prefix: tuple, tokens: list[int], parents: list[int], i: int) -> tuple:
+    path = []
+    while i > 0:
+        path.append(tokens[i])
+        i = parents[i]
+    return prefix + tuple(path[::-1])
+
+
+def draft_and_verify(prefix: tuple, D: int, W: int, V: int, params: SamplingParams, target: PathLM,
+                     drafter: PathLM, gen: torch.Generator, rule: str = "rrs") -> list[int]:
+    """One iteration: grow a sampled EGT from `prefix`, prune to V, verify -> the emitted tokens."""
+    state = egt_init(prefix[-1] if prefix else 0, D, W, VOCAB, dtype=torch.float64)
+    draft_rows = torch.zeros(1 + D * W, VOCAB, dtype=torch.float64)
+    for _ in range(D):
+        f = egt_frontier(state)
+        toks, pars = state.tokens.tolist(), state.parents.tolist()
+        q = torch.stack([target_probs(drafter.logits(node_prefix(prefix, toks, pars, i)), params)
+                         for i in f.ids.tolist()]).double()                            # [W, vocab]
+        draft_rows[f.ids] = q
+        state = sampled_egt_step(state, q, gumbel_keys(q.log(), gen))
+    tree = egt_tree(state)
+    sub_ids = prune_topk(tree, V)
+    sub = tree.subtree(sub_ids)
+    toks, pars = tree.tokens.tolist(), tree.parents.tolist()
+    p = torch.stack([target_probs(target.logits(node_prefix(prefix, toks, pars, i)), params)
+                     for i in sub_ids.tolist()]).double()                               # [V+1, vocab]
+    if rule == "rrs":
+        path, token = verify_tree_rrs(sub.tokens, sub.parents, p, draft_rows[sub_ids], gen)
+    else:
+        path, token = verify_tree_sampling(sub.tokens, sub.parents, p, gen, sub.cum_logp)
+    return [int(sub.tokens[i]) for i in path] + [token]
+
+
+def emit_n(n: int, shape: tuple[int, int, int], params: SamplingParams, seed: int, gen: torch.Generator,
+           rule: str = "rrs") -> tuple[list[int], list[int]]:
+    """The first n tokens of a decode (iterating as the runtime does) and the tokens per iteration."""
+    target, drafter = PathLM(seed), PathLM(seed, drafter=True)
+    out, per_iter = [], []
+    while len(out) < n:
+        new = draft_and_verify(tuple(out), *shape, params, target, drafter, gen, rule)
+        per_iter.append(len(new))
+        out += new
+    return out[:n], per_iter
+
+
+def joint_law(n: int, params: SamplingParams, seed: int) -> np.ndarray:
+    """The verifier's own law of the first n tokens, over VOCAB**n outcomes in ravel order."""
+    target = PathLM(seed)
+    row = lambda prefix: target_probs(target.logits(prefix), params).double()  # noqa: E731
+    return np.array([float(np.prod([row(seq[:i])[seq[i]] for i in range(n)]))
+                     for seq in itertools.product(range(VOCAB), repeat=n)])
+
+
+def pvalue(samples: np.ndarray, law: np.ndarray) -> float:
+    counts = np.bincount(samples, minlength=law.size).astype(float)
+    support = law > 0
+    assert counts[~support].sum() == 0, "emitted a sequence of probability 0"
+    keep = support & (law * len(samples) >= 5)  # pool the rare outcomes into one cell
+    obs = np.append(counts[keep], counts[support & ~keep].sum())
+    exp = np.append(law[keep], law[support & ~keep].sum())
+    obs, exp = obs[exp > 0], exp[exp > 0]
+    return chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+def sample_codes(n_tokens: int, shape, params, seed: int, n: int, rule: str = "rrs") -> np.ndarray:
+    gen = torch.Generator().manual_seed(seed)
+    codes = []
+    for _ in range(n):
+        toks, _ = emit_n(n_tokens, shape, params, seed, gen, rule)
+        codes.append(np.ravel_multi_index(toks, (VOCAB,) * n_tokens))
+    return np.array(codes)
+
+
+T1 = SamplingParams(temperature=1.0)
+SHAPES = [  # (D, W, V): a chain, a wide tree, a pruned tree (V < D*W), a deep pruned tree
+    ((3, 1, 3), T1),
+    ((2, 3, 6), SamplingParams(temperature=0.7)),
+    ((3, 3, 5), SamplingParams(temperature=1.0, top_k=3)),
+    ((4, 2, 5), SamplingParams(temperature=1.2, top_p=0.9, min_p=0.05)),
+]
+
+
+@pytest.mark.parametrize("shape,params", SHAPES)
+def test_first_two_tokens_follow_the_verifier(shape, params):
+    seed = hash(shape) % 1000
+    assert pvalue(sample_codes(2, shape, params, seed, 1500), joint_law(2, params, seed)) > ALPHA
+
+
+def test_first_three_tokens_follow_the_verifier():
+    shape, params = (3, 2, 4), SamplingParams(temperature=1.0, top_p=0.9)
+    assert pvalue(sample_codes(3, shape, params, 7, 2500), joint_law(3, params, 7)) > ALPHA
+
+
+def test_the_test_has_power_against_a_5_percent_bias():
+    shape, params = SHAPES[1]
+    seed = hash(shape) % 1000
+    law = joint_law(2, params, seed)
+    codes = sample_codes(2, shape, params, seed, 1500)
+    rng = np.random.default_rng(0)
+    rare = int(np.argmin(np.where(law > 0, law, np.inf)))
+    biased = np.where(rng.random(codes.size) < 0.05, rare, codes)  # 5% of the outputs misplaced
+    assert pvalue(biased, law) < 1e-6
+
+
+def test_seeded_runs_repeat():
+    runs = [emit_n(12, (3, 2, 5), T1, 3, torch.Generator().manual_seed(42)) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_rrs_accepts_more_than_the_point_mass_rule():
+    """Why the sampled tree exists: on the same sampled trees, RRS keeps more drafted tokens."""
+    shape = (3, 3, 6)
+    means = {}
+    for rule in ("rrs", "point-mass"):
+        gen = torch.Generator().manual_seed(1)
+        per_iter = [k for _ in range(150) for k in emit_n(8, shape, T1, 11, gen, rule)[1]]
+        means[rule] = float(np.mean(per_iter))
+    assert means["rrs"] > 1.1 * means["point-mass"], means
+
+
+def test_valuing_a_child_by_its_own_token_is_caught(monkeypatch):
+    """The design point of sampled_egt: candidate values come from the rank, not from the drawn token.
+    Keeping the children whose drawn tokens the drafter likes most biases what RRS sees, and the test
+    catches it."""
+    import yggc.tree.sampled_egt as sampled
+
+    def by_token(state, q, keys):
+        drawn = keys.topk(state.k, dim=-1).indices
+        value = q.gather(1, drawn).log().clamp(min=-1e4)
+        return sampled.egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + value, drawn, stable=True)
+
+    monkeypatch.setattr(sys.modules[__name__], "sampled_egt_step", by_token)
+    shape, params = SHAPES[2]
+    seed = hash(shape) % 1000
+    assert pvalue(sample_codes(2, shape, params, seed, 1500), joint_law(2, params, seed)) < 1e-6

@@ -1,0 +1,55 @@
+"""Recursive rejection sampling over a tree whose siblings were drawn without replacement (Jeon et al.
+2024, "Recursive Speculative Decoding"), the acceptance rule for `sampled_egt` trees at T > 0.
+
+At node u with children x_1, x_2, ... (draw order) the rule keeps a residual target p and the draft
+distribution q the next child was drawn from (q(.|u) with the earlier children removed, renormalised):
+accept x_i with probability min(1, p(x_i) / q_i(x_i)); on rejection p <- norm(max(p - q_i, 0)) and
+x_i leaves q. If every child is rejected, the emitted token is a draw from the final residual. Each
+step emits exactly p's distribution whatever q is, so by induction the walk emits the verifier's
+distribution, while a child that q and p agree on is accepted with high probability, unlike the
+point-mass rule of `verify_tree_sampling`, whose acceptance is only p(x).
+"""
+from __future__ import annotations
+
+import torch
+
+from .block_verification import sample_index
+from .verification import TreeAccept, children_lists
+
+
+def _accept_child(p: torch.Tensor, q: torch.Tensor, x: int, u: float) -> tuple[bool, torch.Tensor, torch.Tensor]:
+    """One rejection step at a node: p, q [vocab] float64 (unnormalised), x the child's token, u ~ U(0,1)
+    -> (accepted, residual p, q without x)."""
+    q_mass = float(q.sum())
+    qx = float(q[x]) / q_mass if q_mass > 0 else 0.0
+    if qx == 0:  # a rank past q's support, not a draw: as if the child were not there
+        return False, p, q
+    if u * qx < float(p[x]) / float(p.sum()):
+        return True, p, q
+    residual = (p / p.sum() - q / q_mass).clamp_min(0)
+    if float(residual.sum()) <= 0:  # p == q_i up to rounding: the acceptance above was certain
+        residual = p
+    return False, residual, q.index_fill(0, torch.tensor([x], device=q.device), 0.0)
+
+
+def verify_tree_rrs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor,
+                    draft_probs: torch.Tensor, generator: torch.Generator) -> TreeAccept:
+    """tokens [n], parents [n] (children drawn without replacement, in id order), target_probs [n, vocab]
+    and draft_probs [n, vocab] (the verifier's and the drafter's distributions after each node, with the
+    same temperature/top-k/top-p) -> the accepted path and the next token."""
+    tok = tokens.tolist()
+    kids = children_lists(parents, None)
+    u = torch.rand(len(tok), generator=generator, dtype=torch.float64, device=generator.device).tolist()
+    path, cur = [], 0
+    while True:
+        p, q = target_probs[cur].to(torch.float64), draft_probs[cur].to(torch.float64)   # [vocab] each
+        accepted = None
+        for c in kids[cur]:
+            ok, p, q = _accept_child(p, q, tok[c], u[c])
+            if ok:
+                accepted = c
+                break
+        if accepted is None:
+            return TreeAccept(path, sample_index(p, generator))
+        path.append(accepted)
+        cur = accepted

@@ -1,0 +1,38 @@
+"""Sampled Equal-Growth Tree growth for temperature > 0 (the draft side of recursive rejection sampling).
+
+Greedy EGT offers each expanded node's top-k drafter tokens. A sampling rule that divides by the
+drafter's probability (recursive rejection sampling, `verify_tree_rrs`) needs more: the children of
+a node must be draws from the drafter's distribution q, taken one after another without replacement,
+and whether a child exists must not depend on the token it turned out to be. So here:
+
+- each expanded node u draws k tokens from q(.|u) without replacement, in draw order, at once with
+  the Gumbel-top-k trick (keys log q + Gumbel noise; the order of the keys is the order of the draws);
+- a candidate's value is cum(u) + log of the i-th largest probability of q(.|u), which depends on
+  the rank i and on u only, never on the token drawn at rank i. Values fall with the rank, so the W
+  best candidates anywhere (the EGT rule; a stable sort keeps ties in draw order) and top-V pruning
+  keep, below every node, a prefix of its draws. What is dropped is decided by quantities the drawn
+  token does not influence (other ranks, other subtrees, earlier draws), which keeps the rule exact.
+- a rank beyond the support of q (top-k/top-p cut it, or the support is exhausted) gets a token of
+  probability 0 and the floor value; the rule skips such children as if they were not there.
+
+Shapes stay fixed (D*W*k pool slots, W new nodes per step), as in egt.py.
+"""
+from __future__ import annotations
+
+import torch
+
+from .egt import LOGP_FLOOR, EGTState, egt_grow
+
+
+def gumbel_keys(logq: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """logq [R, vocab] -> keys [R, vocab]; descending keys = draws without replacement from q, in order."""
+    e = torch.empty(logq.shape, dtype=torch.float32, device=logq.device).exponential_(generator=generator)
+    return logq.float() - e.log()  # log q - log E(1) is log q + Gumbel(0, 1) noise
+
+
+def sampled_egt_step(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> EGTState:
+    """One draft step at T > 0: q [W, vocab] = drafter probabilities (temperature, top-k, top-p applied)
+    for the frontier rows, keys [W, vocab] from `gumbel_keys(log q)`; returns the grown state."""
+    drawn = keys.topk(state.k, dim=-1).indices                                                # [W, k] draw order
+    rank_logp = q.topk(state.k, dim=-1).values.to(state.pool_logp.dtype).log().clamp(min=LOGP_FLOOR)  # [W, k]
+    return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + rank_logp, drawn, stable=True)
