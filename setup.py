@@ -30,6 +30,8 @@ setup(
         "serve": ["fastapi>=0.110", "uvicorn>=0.29"],  # yggc serve: the OpenAI-compatible HTTP server
         "plot": ["matplotlib>=3.5"],
         "hf": ["transformers>=4.45"],
+        # yggc bench --rows openvino,openvino-spec; the IR exporter (optimum-intel) is installed apart: see README
+        "openvino": ["openvino-genai>=2026.0"],
         "cuda": ["cuda-python>=12"],
         "tensorrt": ["torch-tensorrt>=2.5"],
     },

@@ -10,9 +10,12 @@ from ..plan.shape import TreeShape
 from ..runtime.models import DEMO_PAIR
 
 # table order = set-up order: eager rows first, so the compiled rows' RSS increments show only the bundle
-ROWS = ("hf-ar", "hf-assisted", "yggc-ar-eager", "yggc-chain", "yggc-tree-static", "yggc-ar-compiled", "yggc-full")
+ROWS = ("hf-ar", "hf-assisted", "openvino", "openvino-spec", "yggc-ar-eager", "yggc-chain", "yggc-tree-static",
+        "yggc-ar-compiled", "yggc-full")
 HF_ROWS = frozenset({"hf-ar", "hf-assisted"})
-DRAFTER_ROWS = frozenset({"hf-assisted", "yggc-chain", "yggc-tree-static", "yggc-full"})
+OPENVINO_ROWS = frozenset({"openvino", "openvino-spec"})  # the optional extra yggc[openvino]: only when named in --rows
+DEFAULT_ROWS = tuple(r for r in ROWS if r not in OPENVINO_ROWS)
+DRAFTER_ROWS = frozenset({"hf-assisted", "openvino-spec", "yggc-chain", "yggc-tree-static", "yggc-full"})
 BUNDLE_ROWS = frozenset({"yggc-ar-compiled", "yggc-full"})
 CHAIN_DEPTHS = (2, 3, 4, 6, 8)
 TREE_GRID = (TreeShape(3, 2, 6), TreeShape(4, 2, 8), TreeShape(4, 3, 8), TreeShape(5, 2, 10),
@@ -22,6 +25,7 @@ BENCH_PAIR = Path("~/.cache/yggc/pairs/bench").expanduser()
 BUNDLE_CACHE = Path("~/.cache/yggc/bundles").expanduser()
 RANDOM_PROMPT_LEN = 32
 TUNE_TOKENS = 64
+ASSISTANT_TOKENS = 5  # openvino-spec: draft tokens per verify step (OpenVINO's num_assistant_tokens)
 
 
 def log(msg: str) -> None:
@@ -45,6 +49,10 @@ class BenchConfig:
     chain_depths: tuple[int, ...] = CHAIN_DEPTHS
     tree_grid: tuple[TreeShape, ...] = TREE_GRID
     bundle_cache: Path = BUNDLE_CACHE
+    openvino_ir: Path | None = None  # None: export the verifier into openvino_cache (see yggc.bench.openvino_ir)
+    openvino_draft_ir: Path | None = None
+    assistant_tokens: int = ASSISTANT_TOKENS
+    optimum_cli: Path | None = None  # None: $YGGC_OPTIMUM_CLI, else optimum-cli on PATH or beside this Python
     bandwidth_mb: int = 256
     floor_repeats: int = 20
     json_path: Path | None = None
@@ -53,6 +61,11 @@ class BenchConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def openvino_cache(self) -> Path:
+        """Exported OpenVINO IRs, beside the bundle cache (~/.cache/yggc/openvino)."""
+        return self.bundle_cache.parent / "openvino"
 
 
 def parse_shape(text: str) -> TreeShape:

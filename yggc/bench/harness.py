@@ -8,7 +8,8 @@ yggc-chain and yggc-tree-static run eagerly with the shape of lowest TPOT on the
 among a small grid. The compiled rows use --bundle, else a bundle cached under
 ~/.cache/yggc/bundles/<pair key>-dDwWvV for the tuned tree shape, compiled in a child process when
 absent (--quick never compiles: it uses a cached one or skips those rows). Without transformers,
---quick skips the hf rows; otherwise asking for them is an error.
+--quick skips the hf rows; otherwise asking for them is an error. The openvino rows (yggc.bench.openvino) run
+only when named in --rows, and need openvino-genai.
 """
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ from ..plan.shape import TreeShape
 from ..runtime import models
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..tree.sampling import SamplingParams
-from .config import BUNDLE_ROWS, DRAFTER_ROWS, HF_ROWS, ROWS, TUNE_TOKENS, BenchConfig, log
+from .config import BUNDLE_ROWS, DRAFTER_ROWS, HF_ROWS, OPENVINO_ROWS, ROWS, TUNE_TOKENS, BenchConfig, log
 from .floor import physical_floor
 from .models import Models, cached_bundles
+from .openvino import openvino_row, require_openvino_genai
 from .prompts import check_fits, make_prompts
 from .report import plot, require_matplotlib, shape_label, summary_lines, table, to_json
 from .rows import Row, Runner, Sample, reference_row, sampling_params
@@ -74,6 +76,8 @@ class RowFactory:
             return Row(name, hf_runner(m.hf_verifier), "transformers generate, eager")
         if name == "hf-assisted":
             return Row(name, hf_runner(m.hf_verifier, m.hf_drafter), "transformers assisted generation")
+        if name in OPENVINO_ROWS:
+            return openvino_row(name, self.cfg)
         if name == "yggc-ar-eager":
             v = m.verifier
             return yggc_row(name, AutoregressiveDecoder(v.graph, v.layout), "eager")
@@ -97,7 +101,7 @@ def skip_reason(name: str, cfg: BenchConfig) -> str | None:
         if cfg.quick:
             return "transformers is not installed"
         require_transformers()
-    if name in DRAFTER_ROWS and cfg.drafter is None:
+    if name in DRAFTER_ROWS and cfg.drafter is None and not (name == "openvino-spec" and cfg.openvino_draft_ir):
         return "needs a drafter (-md)"
     if name in BUNDLE_ROWS and cfg.bundle is None:
         if cfg.drafter is None:
@@ -174,6 +178,8 @@ class Report:
 def run_benchmark(cfg: BenchConfig) -> Report:
     if cfg.plot_path:
         require_matplotlib()  # fail before the long run, not after
+    if OPENVINO_ROWS.intersection(cfg.rows):
+        require_openvino_genai()
     if cfg.drafter is not None:
         check_pair(cfg.verifier, cfg.drafter)
     tokenizer = models.load_tokenizer(cfg.verifier)

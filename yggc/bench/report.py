@@ -3,10 +3,12 @@
 Definitions used in the table:
 
 * TPOT: time after the first new token / (new tokens - 1), as `yggc run` reports it; for
-  transformers, from the streamer's first new-token callback to its last.
+  transformers, from the streamer's first new-token callback to its last; for OpenVINO, its own
+  perf_metrics.get_tpot() (the same definition).
 * tokens/s: 1000 / TPOT median (decode speed, prefill excluded).
 * mean accepted: tokens committed per decode iteration, bonus token included (vLLM's convention);
-  1 for autoregressive rows, tokens per streamer callback for hf-assisted.
+  1 for autoregressive rows, tokens per streamer callback for hf-assisted, tokens per pipeline step
+  for openvino-spec.
 * peak RSS: the process high-water mark (getrusage ru_maxrss) right after the row was set up and
   warmed up. It is cumulative: "+N" is what the row added on top of the rows above it. Models are
   loaded once and shared (hf-assisted reuses hf-ar's verifier, the eager yggc rows share one

@@ -11,7 +11,8 @@ POSITIVE = whole_number(1)
 QUICK = {"prompts": 2, "n": 32, "repeats": 1}
 FULL = {"prompts": 4, "n": 128, "repeats": 3}
 DESCRIPTION = (
-    "Benchmark yggc against transformers (greedy generate and assisted generation) on held-out prompts, all "
+    "Benchmark yggc against transformers (greedy generate and assisted generation), and OpenVINO GenAI when its "
+    "rows are asked for, on held-out prompts, all "
     "rows in one process, interleaved per prompt, warm-up excluded: TPOT median/p90, tokens/s, mean accepted "
     "length, speedups, peak RSS, verify step vs the memory-bandwidth floor, and whether every yggc row's "
     "greedy tokens equal the verifier's own (exit 1 if not).")
@@ -29,8 +30,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", type=Path, help="compiled bundle for the compiled rows; default: compile one into "
                    "the cache for the tuned tree shape (--quick only uses one already there)")
     p.add_argument("--rows", "--systems", dest="rows", type=comma_list, metavar="A,B",
-                   help="rows to run (default all): hf-ar,hf-assisted,yggc-ar-eager,yggc-chain,yggc-tree-static,"
-                        "yggc-ar-compiled,yggc-full")
+                   help="rows to run (default all but the openvino ones): hf-ar,hf-assisted,openvino,openvino-spec,"
+                        "yggc-ar-eager,yggc-chain,yggc-tree-static,yggc-ar-compiled,yggc-full")
     p.add_argument("--prompts", type=POSITIVE, help="measured prompts (default 4; --quick 2)")
     p.add_argument("-n", "--n-predict", dest="n", type=POSITIVE, help="new tokens per prompt (default 128; --quick 32)")
     p.add_argument("--repeats", type=POSITIVE, help="runs per prompt and row (default 3; --quick 1)")
@@ -39,7 +40,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: the bundle's, else float32")
     p.add_argument("--max-seq", type=POSITIVE, help="KV cache capacity (default: the bundle's, else min(model, 2048))")
     p.add_argument("--threads", type=POSITIVE,
-                   help="torch intra-op threads (default: torch's; --quick: 1). On a busy machine use fewer "
+                   help="torch intra-op threads, and the openvino rows' INFERENCE_NUM_THREADS (default: torch's; "
+                        "--quick: 1). On a busy machine use fewer "
                         "threads than idle cores: a parallel region waits for its slowest, descheduled thread")
     p.add_argument("--quick", action="store_true",
                    help="smoke test (CI): the demo pair unless -m, 2 prompts x 32 tokens, 1 repeat, 1 thread; compiled rows only "
@@ -49,7 +51,17 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chain-depths", type=_depths, help="chain depths D tried for yggc-chain (default 2,3,4,6,8)")
     p.add_argument("--tree-grid", type=comma_list, metavar="DxWxV,...",
                    help="static trees tried for yggc-tree-static (default 3x2x6,4x2x8,4x3x8,5x2x10,4x4x12,6x3x12)")
-    p.add_argument("--bundle-cache", type=Path, help="where compiled bundles are cached (default ~/.cache/yggc/bundles)")
+    p.add_argument("--bundle-cache", type=Path, help="where compiled bundles are cached (default "
+                   "~/.cache/yggc/bundles); exported OpenVINO IRs go into the sibling folder openvino/")
+    ov = p.add_argument_group("openvino rows", "OpenVINO GenAI's LLMPipeline (pip install 'yggc[openvino]'); "
+                              "the IRs are exported with optimum-cli into the cache unless given")
+    ov.add_argument("--openvino-ir", type=Path, metavar="DIR", help="the verifier's OpenVINO IR folder "
+                    "(tools/export_openvino.py writes one)")
+    ov.add_argument("--openvino-draft-ir", type=Path, metavar="DIR", help="the drafter's IR folder, for openvino-spec")
+    ov.add_argument("--openvino-assistant-tokens", type=POSITIVE, metavar="K",
+                    help="openvino-spec: draft tokens per verify step (num_assistant_tokens; default 5)")
+    ov.add_argument("--optimum-cli", type=Path, metavar="PATH",
+                    help="optimum-cli to export with (default $YGGC_OPTIMUM_CLI, else the one on PATH)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
 
@@ -79,14 +91,23 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
 
 
 def make_config(args: argparse.Namespace):
-    from ..bench.config import BUNDLE_CACHE, CHAIN_DEPTHS, ROWS, TREE_GRID, BenchConfig, parse_shape
+    from ..bench.config import (
+        ASSISTANT_TOKENS,
+        BUNDLE_CACHE,
+        CHAIN_DEPTHS,
+        DEFAULT_ROWS,
+        ROWS,
+        TREE_GRID,
+        BenchConfig,
+        parse_shape,
+    )
     from ..bundle import load_manifest
     from ..errors import YggcError
     from ..runtime import models
 
     verifier, drafter = resolve_pair(args)
     manifest = load_manifest(args.bundle) if args.bundle is not None else None
-    rows = args.rows or list(ROWS)
+    rows = args.rows or list(DEFAULT_ROWS)
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         raise YggcError(f"unknown row {unknown[0]!r}; rows are {','.join(ROWS)}")
@@ -102,6 +123,8 @@ def make_config(args: argparse.Namespace):
         chain_depths=tuple(args.chain_depths) if args.chain_depths else CHAIN_DEPTHS,
         tree_grid=tuple(parse_shape(s) for s in args.tree_grid) if args.tree_grid else TREE_GRID,
         bundle_cache=args.bundle_cache or BUNDLE_CACHE,
+        openvino_ir=args.openvino_ir, openvino_draft_ir=args.openvino_draft_ir,
+        assistant_tokens=args.openvino_assistant_tokens or ASSISTANT_TOKENS, optimum_cli=args.optimum_cli,
         bandwidth_mb=64 if args.quick else 256, floor_repeats=5 if args.quick else 20,
         json_path=args.json, plot_path=args.plot,
     )
