@@ -123,8 +123,30 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class LlamaGraph(nn.Module):
-    """Decoder + static KV cache with `n_slots` slots (the caller reserves any scratch slots)."""
+class CacheOwner(nn.Module):
+    """A graph whose attention layers own static KV caches: KV compaction for every graph kind."""
+
+    def caches(self) -> list[KVCache]:
+        return [m for m in self.modules() if isinstance(m, KVCache)]
+
+    def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
+        """Copy the K/V at src_slots to dst_slots in every layer (KV compaction after a verify)."""
+        for cache in self.caches():
+            cache.write(dst_slots, cache.k.index_select(1, src_slots), cache.v.index_select(1, src_slots))
+
+
+def rope_cos_sin(position_ids: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype):
+    """position_ids [W] -> cos, sin [W, head_dim] in `dtype` (angles in float32)."""
+    angles = position_ids.float()[:, None] * inv_freq[None, :]  # [W, hd/2]
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+class LlamaGraph(CacheOwner):
+    """Decoder + static KV cache with `n_slots` slots (the caller reserves any scratch slots).
+
+    `feature_layers` (set by an EAGLE-3 pairing): forward_features also returns the hidden states entering
+    these layers, concatenated (the low/mid/high features an EAGLE-3 head drafts from)."""
 
     def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -137,20 +159,31 @@ class LlamaGraph(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg.rope, cfg.head_dim), persistent=False)
+        self.feature_layers: tuple[int, ...] = ()
         self.to(dtype)
         self.inv_freq = self.inv_freq.float()  # RoPE angles stay in float32 whatever the dtype
+
+    def run_layers(self, input_ids, position_ids, cache_slots, attn_mask, caches=()):
+        """-> (logits [W, V] float32, last hidden state [W, hidden], taps: the inputs of feature_layers)."""
+        x = self.embed(input_ids)
+        cos, sin = rope_cos_sin(position_ids, self.inv_freq, x.dtype)
+        taps = []
+        for i, layer in enumerate(self.layers):
+            taps += [x] * self.feature_layers.count(i)
+            x = layer(x, cos, sin, cache_slots, attn_mask, caches[2 * i: 2 * i + 2] if caches else None)
+        h = self.norm(x)
+        return self.lm_head(h).float(), h, taps
 
     def forward_hidden(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
         """-> (logits [W, V] float32, last hidden state [W, hidden]). `caches` (k0, v0, k1, v1, ...), if
         given, replace the cache buffers (backends whose compiled programs cannot own a mutable buffer)."""
-        angles = position_ids.float()[:, None] * self.inv_freq[None, :]  # [W, hd/2]
-        angles = torch.cat((angles, angles), dim=-1)
-        x = self.embed(input_ids)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache_slots, attn_mask, caches[2 * i: 2 * i + 2] if caches else None)
-        h = self.norm(x)
-        return self.lm_head(h).float(), h
+        logits, h, _ = self.run_layers(input_ids, position_ids, cache_slots, attn_mask, caches)
+        return logits, h
+
+    def forward_features(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
+        """-> (logits [W, V] float32, features [W, len(feature_layers) * hidden]) (feature_layers ascending)."""
+        logits, _, taps = self.run_layers(input_ids, position_ids, cache_slots, attn_mask, caches)
+        return logits, torch.cat(taps, dim=-1)
 
     def forward(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
         return self.forward_hidden(input_ids, position_ids, cache_slots, attn_mask, *caches)[0]
@@ -160,10 +193,3 @@ class LlamaGraph(nn.Module):
         """False when built without them (graphs.load_model(weights=False)): compiled packages carry them."""
         return not self.embed.weight.is_meta
 
-    def caches(self) -> list[KVCache]:
-        return [layer.attn.cache for layer in self.layers]
-
-    def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
-        """Copy the K/V at src_slots to dst_slots in every layer (KV compaction after a verify)."""
-        for cache in self.caches():
-            cache.write(dst_slots, cache.k.index_select(1, src_slots), cache.v.index_select(1, src_slots))

@@ -15,6 +15,7 @@ from ..errors import YggcError
 from ..plan.calibration import TreeSample, acceptance_rates, as_tree_sample
 from ..plan.shape import TreeShape
 from ..runtime.cache_layout import CacheLayout
+from ..runtime.drafters import speculative_decoder
 from ..runtime.speculative import Draft, SpeculativeDecoder
 from ..tree.sampling import SamplingParams
 
@@ -62,17 +63,21 @@ def calibration_prompts(texts: list[str], tokenizer, n_prompts: int, prompt_toke
     return [ids[s:s + size] for s in starts]
 
 
-class RecordingDecoder(SpeculativeDecoder):
-    """A greedy tree decoder that keeps (root slot, draft tree) of every iteration."""
+def recording_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
+                      ) -> tuple[SpeculativeDecoder, list[tuple[int, Draft]]]:
+    """The pair's greedy tree decoder (of the drafter's kind) and the list it appends (root slot, draft
+    tree) to on every iteration."""
+    dec = speculative_decoder(verifier, drafter, layout, shape)
+    drafts: list[tuple[int, Draft]] = []
+    draft_tree = dec.draft_tree
 
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.drafts: list[tuple[int, Draft]] = []
-
-    def draft_tree(self, pending: list[int], n: int) -> Draft:
-        draft = super().draft_tree(pending, n)
-        self.drafts.append((n, draft))
+    def recorded(pending: list[int], n: int) -> Draft:
+        draft = draft_tree(pending, n)
+        drafts.append((n, draft))
         return draft
+
+    dec.draft_tree = recorded
+    return dec, drafts
 
 
 def record_width(verifier, drafter, layout: CacheLayout, prompts: list[list[int]], width: int,
@@ -82,9 +87,9 @@ def record_width(verifier, drafter, layout: CacheLayout, prompts: list[list[int]
     shape = TreeShape(spec.max_depth, width, spec.max_depth * width)
     samples = []
     for prompt in prompts:
-        dec = RecordingDecoder(verifier, drafter, layout, shape)
+        dec, drafts = recording_decoder(verifier, drafter, layout, shape)
         seq = list(prompt) + [t for chunk in dec.stream(prompt, spec.new_tokens, SamplingParams()) for t in chunk]
-        for n, draft in dec.drafts:
+        for n, draft in drafts:
             continuation = seq[n + 1: n + 1 + spec.max_depth]
             if len(continuation) == spec.max_depth:
                 samples.append(as_tree_sample(draft.tree, width, continuation))

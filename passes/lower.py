@@ -18,8 +18,6 @@ import torch
 from torch.export import Dim
 
 from ..graphs import LlamaGraph
-from ..plan.shape import HEAD_WIDTH
-from ..runtime.draft_phase import DraftPhase
 from ..runtime.verify_phase import GreedyVerifyPhase
 
 INDUCTOR_CONFIGS = {"O1": {"aot_inductor.package_constants_in_so": False},
@@ -77,12 +75,11 @@ def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path,
                            out_path, opt, device)
 
 
-def lower_draft_phase(phase: DraftPhase, max_seq: int, out_path: Path, device: str = "cpu", opt: str = "O1") -> Path:
-    """The whole draft phase (head step, D-1 tree steps, top-W growth) -> one package."""
-    long = {"dtype": torch.long, "device": device}
-    inputs = (torch.zeros(HEAD_WIDTH, **long), torch.tensor([0, 1], **long), torch.arange(max_seq, device=device),
-              torch.zeros(2, phase.depth, **long))
-    return compile_program(phase, inputs, view_only(len(inputs), 2, 0, max_seq), out_path, opt, device)
+def lower_draft_phase(phase: torch.nn.Module, max_seq: int, out_path: Path, device: str = "cpu",
+                      opt: str = "O1") -> Path:
+    """The whole draft phase (head step, D-1 tree steps, top-W growth) of any drafter kind -> one package."""
+    inputs, view_arg = phase.export_inputs(max_seq, device)
+    return compile_program(phase, inputs, view_only(len(inputs), view_arg, 0, max_seq), out_path, opt, device)
 
 
 def lower_verify_phase(phase: GreedyVerifyPhase, n_nodes: int, max_seq: int, out_path: Path,

@@ -16,24 +16,32 @@ import torch
 from tqdm import tqdm
 
 from ..errors import YggcError
-from ..graphs import check_pair
 from ..plan.objective import StageCosts
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime import models
 from ..runtime.autoregressive import PREFILL_CHUNK
 from ..runtime.buckets import CompiledModel, bucket_name, load_bucket
-from ..runtime.draft_phase import DraftPhase
+from ..runtime.drafters import (
+    check_drafter,
+    draft_phase,
+    drafter_kind,
+    drafter_record,
+    is_head,
+    load_drafter,
+    speculative_decoder,
+    verify_phase,
+)
 from ..runtime.speculative import SpeculativeDecoder
-from ..runtime.verify_phase import GreedyVerifyPhase
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, choose_shape
 from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
-from .profile import profile_forward, profile_models
+from .profile import HeadSteps, profile_forward, profile_models
 from .write_bundle import BundleWriter
 
 # extra widths lowered and profiled before calibration, so the cost curves have points between 2 and 32
 PROBE_WIDTHS = {"verifier": (8, 16), "drafter": (4, 8)}
+HEAD_PROBE_WIDTHS = (1, 4, 8)  # an EAGLE-3 head's eager steps, timed for the objective
 MODEL_PACKAGE_WIDTH = 64  # O2: widths 1..64 (or the widest bucket the job can ask for) share one package
 
 
@@ -57,9 +65,13 @@ class CompileJob:
             raise ValueError("a compile job needs exactly one of a fixed tree shape and a calibration spec")
 
 
-def bucket_widths(shape: TreeShape | None, probe: bool = False) -> dict[str, list[int]]:
+def bucket_widths(shape: TreeShape | None, probe: bool = False, head: bool = False) -> dict[str, list[int]]:
     """Widths each model is called at: prefill chunks, decode/draft steps, the head step, verify
-    (and, before calibration, the probe widths that shape the cost curves)."""
+    (and, before calibration, the probe widths that shape the cost curves). With an EAGLE-3 head only the
+    verifier's 1-token step is a bucket: the head runs inside the compiled draft phase (eagerly around
+    sampled drafting), and prefill and sampled verification run the verifier eagerly for its features."""
+    if head:
+        return {"verifier": [1, *(PROBE_WIDTHS["verifier"] if probe else ())], "drafter": []}
     widths = {"verifier": {1, PREFILL_CHUNK}, "drafter": {1, HEAD_WIDTH, PREFILL_CHUNK}}
     if shape is not None:
         widths["verifier"].add(shape.verify + 1)
@@ -78,14 +90,14 @@ def lowered_widths(buckets: list[dict]) -> dict[str, list[int]]:
 def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
     name = f"draft_d{shape.depth}_w{shape.width}"
     return {"name": name, "model": "drafter", "kind": "draft_phase", "depth": shape.depth, "width": shape.width,
-            "file": f"artifacts/{name}.pt2", "module": DraftPhase(drafter, shape.depth, shape.width, vocab, drafter.n_slots - 1)}
+            "file": f"artifacts/{name}.pt2", "module": draft_phase(drafter, shape, vocab, drafter.n_slots - 1)}
 
 
-def verify_phase_bucket(shape: TreeShape, verifier) -> dict:
+def verify_phase_bucket(shape: TreeShape, verifier, drafter) -> dict:
     name = f"verify_d{shape.depth}_w{shape.width}_v{shape.verify}"
     return {"name": name, "model": "verifier", "kind": "verify_phase", "depth": shape.depth, "width": shape.width,
             "verify": shape.verify, "file": f"artifacts/{name}.pt2",
-            "module": GreedyVerifyPhase(verifier, shape.depth, shape.verify)}
+            "module": verify_phase(verifier, drafter, shape)}
 
 
 def package_width(job: CompileJob) -> int:
@@ -135,7 +147,7 @@ def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJo
     draft = draft_phase_bucket(shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
     lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device, job.opt)
     step(f"lowered the draft phase D={shape.depth} W={shape.width}")
-    verify = verify_phase_bucket(shape, loaded["verifier"].graph)
+    verify = verify_phase_bucket(shape, loaded["verifier"].graph, loaded["drafter"].graph)
     lower_verify_phase(verify.pop("module"), shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device,
                        job.opt)
     step(f"lowered the verify phase V={shape.verify}")
@@ -152,13 +164,11 @@ def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel
     if job.opt == "O2":  # eager phases around the compiled models
         return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
-    vocab = loaded["verifier"].graph.cfg.vocab_size
-    draft_runner = load_bucket(root / draft["file"], DraftPhase(loaded["drafter"].graph, shape.depth,
-                                                               shape.width, vocab, job.max_seq), job.opt)
-    verify_runner = load_bucket(root / verify["file"], GreedyVerifyPhase(loaded["verifier"].graph, shape.depth,
-                                                                        shape.verify), job.opt)
-    return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
-                              draft_phase=draft_runner, verify_phase=verify_runner)
+    v, d = loaded["verifier"].graph, loaded["drafter"].graph
+    draft_runner = load_bucket(root / draft["file"], draft_phase(d, shape, v.cfg.vocab_size, job.max_seq), job.opt)
+    verify_runner = load_bucket(root / verify["file"], verify_phase(v, d, shape), job.opt)
+    return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
+                               draft_phase=draft_runner, verify_phase=verify_runner)
 
 
 def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: CompileJob, step
@@ -169,7 +179,10 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     if loaded["verifier"].tokenizer is None:
         raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
     widths = {name: sorted(m.runners) for name, m in compiled.items()}
-    forward = profile_forward(compiled, widths, layout, job.profile_repeats)
+    timed = dict(compiled)
+    if is_head(compiled["drafter"]):  # no forward buckets: its steps are timed eagerly
+        timed["drafter"], widths["drafter"] = HeadSteps(loaded["drafter"].graph), list(HEAD_PROBE_WIDTHS)
+    forward = profile_forward(timed, widths, layout, job.profile_repeats)
     step("profiled the forward buckets")
     samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded["verifier"].tokenizer,
                                 spec, step)
@@ -180,13 +193,27 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     return shape, plan, record, forward
 
 
+def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
+    """The pair check, then both models; an EAGLE-3 head compiles at -O1 with the Inductor backend."""
+    if drafter_kind(job.drafter_dir) == "eagle3":
+        if job.opt != "O1" or job.backend != "inductor":
+            raise YggcError(f"{job.drafter_dir} is an EAGLE-3 head: compile it at -O1 (--opt O1) with the "
+                            "inductor backend; its two phases are the compiled graphs")
+        if job.device != "cpu":
+            raise YggcError("EAGLE-3 bundles are CPU-only for now; compile with --device cpu")
+    check_drafter(job.verifier_dir, job.drafter_dir)
+    verifier = models.load(job.verifier_dir, job.dtype, job.max_seq, job.device)
+    return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype)}
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
-    widths = bucket_widths(job.shape, probe=job.calib is not None)
+    head = drafter_kind(job.drafter_dir) == "eagle3"
+    widths = bucket_widths(job.shape, probe=job.calib is not None, head=head)
     n_buckets, o1 = sum(len(w) for w in widths.values()), job.opt == "O1"
     n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
     # profile each bucket; with calibration: profile once, calibrate per width, choose, the shape's new verify bucket
-    n_steps += 3 + len(job.calib.widths) + o1 if job.calib else n_buckets
+    n_steps += 3 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     done = itertools.count(1)
@@ -198,9 +225,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         if bar.disable:  # not a terminal (a log file, CI): one line per step instead of a bar
             log(f"yggc compile: [{n}/{n_steps}] {msg} ({time.perf_counter() - t_start:.0f} s)")
 
-    check_pair(job.verifier_dir, job.drafter_dir)
-    loaded = {"verifier": models.load(job.verifier_dir, job.dtype, job.max_seq, job.device),
-              "drafter": models.load(job.drafter_dir, job.dtype, job.max_seq, job.device)}
+    loaded = load_checked_pair(job)
     step("loaded and checked the pair")
     with BundleWriter(job.out, overwrite=job.overwrite) as w:
         for name, model in loaded.items():
@@ -214,7 +239,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             shape, plan, record, measured = calibrated_shape(loaded, compiled, job, step)
             w.write_json("calibration.json", record)
             missing = {name: [x for x in ws if x not in compiled[name].runners]
-                       for name, ws in bucket_widths(shape).items()}
+                       for name, ws in bucket_widths(shape, head=head).items()}
             added = lower_forward_buckets(w, loaded, missing, job, step)
             for name, model in compiled.items():
                 model.add_buckets(forward_packages(w.root, added, name))
@@ -231,6 +256,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
                   "buckets": buckets,
                   "extra": {"opt": job.opt, "backend": job.backend, "package_width": width,
+                            "drafter": drafter_record(loaded["drafter"].graph),
                             "compile_s": round(time.perf_counter() - t_start, 1)}})
         step("wrote the bundle")
     bar.close()

@@ -57,9 +57,24 @@ def host_stage_ms(shape: TreeShape, vocab: int, repeats: int, verifier=None) -> 
     }
     if verifier is not None:  # moving an accepted path of D tokens' K/V behind the root, every layer
         device = model_device(verifier)
-        src = torch.arange(64, 64 + shape.depth, device=device)
+        base = min(64, verifier.graph.n_slots - shape.depth - 2)
+        src = torch.arange(base, base + shape.depth, device=device)
         out["compact_kv"] = median_ms(lambda: verifier.move_kv(src + 1, src), repeats)
     return out
+
+
+class HeadSteps(torch.nn.Module):
+    """An EAGLE-3 head as a plain (ids, positions, slots, mask) forward, fed zero features: the cost of
+    its draft steps at each width, for the objective (its real steps run inside the draft phase)."""
+
+    def __init__(self, head: torch.nn.Module):
+        super().__init__()
+        self.head = head
+
+    def forward(self, input_ids, position_ids, cache_slots, attn_mask):
+        w = self.head.fc.weight
+        feature = torch.zeros(input_ids.shape[0], w.shape[0], dtype=w.dtype, device=w.device)  # [W, H]
+        return self.head(input_ids, feature, position_ids, cache_slots, attn_mask)
 
 
 def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, float]:
@@ -80,6 +95,10 @@ def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLay
     already in `measured` (an earlier profile_forward result) are taken from it, not timed again."""
     out = {}
     for name, model in models.items():
+        if not widths[name]:  # no forward buckets (an EAGLE-3 head runs inside the draft phase)
+            if name in (measured or {}):  # its eager steps timed before calibration
+                out[name] = measured[name]
+            continue
         points = {int(w): ms for w, ms in (measured or {}).get(name, {}).get("bucket_ms", {}).items()}
         for w in widths[name]:
             if w in points:

@@ -56,7 +56,7 @@ def demo_runtime(tmp_path_factory):
     import shutil
 
     from yggc.plan.shape import TreeShape
-    from yggc.runtime import models
+    from yggc.runtime import drafters, models
     from yggc.runtime.buckets import CompiledModel
     from yggc.runtime.runtime import Runtime
 
@@ -64,6 +64,6 @@ def demo_runtime(tmp_path_factory):
     copy = tmp_path_factory.mktemp("demo") / "verifier"
     shutil.copytree(verifier_dir, copy)
     (copy / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "chat_template": DEMO_CHAT}))
-    verifier, drafter = models.load_pair(copy, drafter_dir, torch.float32, 512)
+    verifier, drafter = drafters.load_pair(copy, drafter_dir, torch.float32, 512)
     compiled = {"verifier": CompiledModel(verifier.graph, {}), "drafter": CompiledModel(drafter.graph, {})}
     return Runtime(copy, None, verifier, drafter, compiled, TreeShape(3, 2, 5))

@@ -12,7 +12,7 @@ import torch
 from bench_compiled import add_workload_args, compare_decoders, heldout_texts  # tools/ sibling
 
 from yggc.plan.shape import TreeShape
-from yggc.runtime import models
+from yggc.runtime import drafters, models
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.speculative import SpeculativeDecoder
 
@@ -27,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     vdir, ddir = (args.model, args.model_draft) if args.model else models.demo_pair_dirs()
-    v, d = models.load_pair(vdir, ddir, torch.float32, 1024)
+    v, d = drafters.load_pair(vdir, ddir, torch.float32, 1024)
     prompts = [models.encode_prompt(v.tokenizer, t) for t in heldout_texts(args.prompts)]
     decoders = {"autoregressive": AutoregressiveDecoder(v.graph, v.layout)}
     decoders |= {f"D={s.depth} W={s.width} V={s.verify}": SpeculativeDecoder(v.graph, d.graph, v.layout, s) for s in SHAPES}

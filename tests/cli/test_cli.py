@@ -160,3 +160,31 @@ def test_ctrl_c_stops_run_with_one_line_and_130():
     out, err = proc.communicate(timeout=60)
     assert first and proc.returncode == 130, err
     assert err.strip().splitlines() == ["yggc: interrupted"] and out.endswith("\n")
+
+
+@pytest.fixture(scope="module")
+def eagle3_head(ckpt_root, checkpoint):
+    import torch
+    from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eagle3
+
+    v = checkpoint("llama_gqa")
+    head = new_eagle3(v, torch.arange(0, 301, 2), 2, init_std=0.3)
+    return v, save_eagle3(head, head_base_config(v), ckpt_root / "cli_eagle3_head")
+
+
+def test_run_with_an_eagle3_head_equals_the_verifier_alone(capsys, eagle3_head):
+    v, head = eagle3_head
+    args = ["run", "-m", str(v), "--prompt-ids", "5,6,7,8", "-n", "24", "--json"]
+    alone = json.loads(run(capsys, *args)[1])
+    code, out, _ = run(capsys, *args, "-md", str(head), "--depth", "3", "--width", "2")
+    assert code == 0 and json.loads(out)["tokens"] == alone["tokens"]
+
+
+def test_eagle3_head_errors_are_one_line(capsys, tmp_path, checkpoint, eagle3_head):
+    _, head = eagle3_head
+    other = str(checkpoint("mistral_headdim"))
+    expect_error(capsys, ["run", "-m", other, "-md", str(head), "--prompt-ids", "1,2"], "was made for a verifier")
+    expect_error(capsys, ["compile", "-m", str(eagle3_head[0]), "-md", str(head), "-o", str(tmp_path / "b"),
+                          "--opt", "O2", "--depth", "2", "--width", "1", "--verify", "2"],
+                 "is an EAGLE-3 head", "compile it at -O1 (--opt O1)")
+    assert not (tmp_path / "b").exists()

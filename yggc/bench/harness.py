@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..errors import YggcError
-from ..graphs import check_pair
 from ..plan.shape import TreeShape
 from ..runtime import models
 from ..runtime.autoregressive import AutoregressiveDecoder
+from ..runtime.drafters import check_drafter, drafter_kind
 from ..tree.sampling import SamplingParams
 from .config import BUNDLE_ROWS, DRAFTER_ROWS, HF_ROWS, OPENVINO_ROWS, ROWS, TUNE_TOKENS, BenchConfig, log
 from .floor import physical_floor
@@ -103,6 +103,9 @@ def skip_reason(name: str, cfg: BenchConfig) -> str | None:
         require_transformers()
     if name in DRAFTER_ROWS and cfg.drafter is None and not (name == "openvino-spec" and cfg.openvino_draft_ir):
         return "needs a drafter (-md)"
+    eagle3 = cfg.drafter is not None and drafter_kind(cfg.drafter) == "eagle3"
+    if eagle3 and name in ("hf-assisted", "openvino-spec"):
+        return "needs a standalone drafter (-md is an EAGLE-3 head)"
     if name in BUNDLE_ROWS and cfg.bundle is None:
         if cfg.drafter is None:
             return "needs --bundle or a drafter to compile one"
@@ -181,7 +184,7 @@ def run_benchmark(cfg: BenchConfig) -> Report:
     if OPENVINO_ROWS.intersection(cfg.rows):
         require_openvino_genai()
     if cfg.drafter is not None:
-        check_pair(cfg.verifier, cfg.drafter)
+        check_drafter(cfg.verifier, cfg.drafter)
     tokenizer = models.load_tokenizer(cfg.verifier)
     prompts, source = make_prompts(cfg, tokenizer, models.load_config(cfg.verifier).vocab_size)
     check_fits(prompts, cfg)

@@ -13,6 +13,7 @@ from ..bundle import environment, model_hashes, validate_bundle
 from ..errors import YggcError
 from ..plan.shape import TreeShape
 from ..runtime import models
+from ..runtime.drafters import load_drafter, speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
 from .config import BenchConfig, log
 from .report import shape_label
@@ -85,7 +86,7 @@ class Models:
 
     @cached_property
     def drafter(self) -> models.LoadedModel:
-        return models.load(self.cfg.drafter, self.dtype, self.cfg.max_seq)
+        return load_drafter(self.cfg.drafter, self.verifier, self.dtype)
 
     @cached_property
     def runtime(self):
@@ -97,4 +98,4 @@ class Models:
 
     def spec_decoder(self, shape: TreeShape) -> SpeculativeDecoder:
         v, d = self.verifier, self.drafter
-        return SpeculativeDecoder(v.graph, d.graph, v.layout, shape)
+        return speculative_decoder(v.graph, d.graph, v.layout, shape)

@@ -7,10 +7,9 @@ import sys
 
 from ..errors import YggcError
 from ..plan.shape import TreeShape
-from ..runtime import models
+from ..runtime import drafters, models
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.detokenize import StreamDecoder
-from ..runtime.speculative import SpeculativeDecoder
 from ..tree.sampling import SamplingParams
 
 DEFAULT_DEPTH, DEFAULT_WIDTH = 4, 2
@@ -35,15 +34,15 @@ def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.Lo
     max_seq = models.context_length(verifier_dir, args.max_seq)
     if drafter_dir is None:
         return models.load(verifier_dir, dtype, max_seq), None
-    return models.load_pair(verifier_dir, drafter_dir, dtype, max_seq)
+    return drafters.load_pair(verifier_dir, drafter_dir, dtype, max_seq)
 
 
 def eager_decoder(args: argparse.Namespace):
     verifier, drafter = load_models(args)
     if drafter is None:
         return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
-    dec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), args.chain_rule,
-                             tree_rule=args.tree_rule)
+    dec = drafters.speculative_decoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args),
+                                       args.chain_rule, args.tree_rule)
     return verifier, dec
 
 

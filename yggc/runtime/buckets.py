@@ -107,14 +107,15 @@ class CompiledModel:
         run = self.runners.get(width)
         return self.any_width if run is None and width <= self.package_width else run
 
-    def __call__(self, input_ids, position_ids, cache_slots, attn_mask) -> torch.Tensor:
+    def __call__(self, input_ids, *args) -> torch.Tensor:
+        """The graph's forward (input_ids [W] first) through the bucket of width W, else eagerly."""
         run = self.runner(input_ids.shape[0])
         if run is None and not self.graph.has_weights:
             raise YggcError(f"width {input_ids.shape[0]} is not compiled into this bundle (widths 1.."
                             f"{self.package_width}) and its weights are only in the packages; use a smaller tree")
         if run is None:
-            return self.graph(input_ids, position_ids, cache_slots, attn_mask)
-        return run(input_ids, position_ids, cache_slots, attn_mask)
+            return self.graph(input_ids, *args)
+        return run(input_ids, *args)
 
     def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         self.graph.move_kv(src_slots, dst_slots)

@@ -35,6 +35,12 @@ class DraftPhase(nn.Module):
         logits = self.drafter(pending_tokens, slots, slots, mask)  # [2, Vd]
         return align_vocab(logits.index_select(0, root_row.view(1))[0], self.vocab)
 
+    def export_inputs(self, max_seq: int, device: str) -> tuple[tuple[torch.Tensor, ...], int]:
+        """Example inputs for torch.export, and the index of view_slots (its length is the dynamic dim)."""
+        long = {"dtype": torch.long, "device": device}
+        return (torch.zeros(HEAD_WIDTH, **long), torch.tensor([0, 1], **long), torch.arange(max_seq, device=device),
+                torch.zeros(2, self.depth, **long)), 2
+
     def forward(self, pending_tokens, meta, view_slots, moves):
         """pending_tokens [2] (root last), meta [2] = (root row, root slot n), view_slots [S] = arange(S)
         (its length is the cache view), moves [2, D] = K/V (src, dst) slots the last acceptance left for

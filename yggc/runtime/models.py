@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..errors import YggcError
-from ..graphs import LlamaGraph, check_pair, load_config, load_model, load_tokenizer
+from ..graphs import LlamaGraph, load_config, load_model, load_tokenizer
 from .cache_layout import CacheLayout
 from .chat import ChatTemplate, load_chat_template
 
@@ -40,7 +40,7 @@ def demo_pair_dirs() -> tuple[Path, Path]:
 
 @dataclass
 class LoadedModel:
-    graph: LlamaGraph
+    graph: LlamaGraph  # or an EAGLE-3 head (graphs.eagle3.Eagle3Graph) as a drafter
     tokenizer: Tokenizer | None
     layout: CacheLayout
     path: Path
@@ -89,12 +89,6 @@ def model_device(model) -> torch.device:
     on the meta device), else its parameters."""
     graph = getattr(model, "graph", model)
     return next(itertools.chain(graph.buffers(), graph.parameters())).device
-
-
-def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,
-              max_seq: int) -> tuple[LoadedModel, LoadedModel]:
-    check_pair(verifier_dir, drafter_dir)  # before any weights are read
-    return load(verifier_dir, dtype, max_seq), load(drafter_dir, dtype, max_seq)
 
 
 def encode_prompt(tokenizer: Tokenizer | None, text: str) -> list[int]:

@@ -20,16 +20,13 @@ from ..bundle import Manifest, validate_bundle
 from ..errors import YggcError
 from ..plan.shape import TreeShape
 from ..tree.sampling import SamplingParams
-from . import models
+from . import drafters, models
 from .autoregressive import AutoregressiveDecoder
 from .buckets import CompiledModel, load_bucket
 from .detokenize import StreamDecoder
 from .device import resolve_device
-from .draft_phase import DraftPhase
 from .request_lock import RequestLock
-from .speculative import SpeculativeDecoder
 from .stats import DecodeStats
-from .verify_phase import GreedyVerifyPhase
 
 
 @contextmanager
@@ -70,8 +67,13 @@ class Runtime:
         dtype = models.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
         frozen = manifest.extra.get("opt") == "O2"  # the packages carry the weights: load the caches only
-        loaded = {name: models.load(path / name, dtype, manifest.max_seq, device, weights=not frozen)
-                  for name in ("verifier", "drafter")}
+        verifier = models.load(path / "verifier", dtype, manifest.max_seq, device, weights=not frozen)
+        drafter = drafters.load_drafter(path / "drafter", verifier, dtype, device, weights=not frozen)
+        recorded = manifest.extra.get("drafter", {"kind": "llama"})
+        if recorded != drafters.drafter_record(drafter.graph):
+            raise YggcError(f"{path}: manifest.json records drafter {recorded}, its drafter/ folder holds "
+                            f"{drafters.drafter_record(drafter.graph)}; re-run `yggc compile`")
+        loaded = {"verifier": verifier, "drafter": drafter}
         with trusted_cpu_isa():
             return cls._load_buckets(path, manifest, loaded)
 
@@ -85,13 +87,14 @@ class Runtime:
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))
-        vocab = loaded["verifier"].graph.cfg.vocab_size
+        v, d = loaded["verifier"].graph, loaded["drafter"].graph
         for b in manifest.buckets:
+            shape = TreeShape(b.get("depth", 1), b.get("width", 1), b.get("verify", 1))
             if b["kind"] == "draft_phase":
-                phase = DraftPhase(loaded["drafter"].graph, b["depth"], b["width"], vocab, manifest.max_seq)
+                phase = drafters.draft_phase(d, shape, v.cfg.vocab_size, manifest.max_seq)
                 rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase, opt)
             if b["kind"] == "verify_phase":
-                phase = GreedyVerifyPhase(loaded["verifier"].graph, b["depth"], b["verify"])
+                phase = drafters.verify_phase(v, d, shape)
                 rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase, opt)
         return rt
 
@@ -105,9 +108,9 @@ class Runtime:
         if not speculative:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
         shape = shape or self.shape
-        return SpeculativeDecoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape, chain_rule,
-                                  self.draft_runners.get((shape.depth, shape.width)),
-                                  self.verify_runners.get((shape.depth, shape.width, shape.verify)), tree_rule)
+        return drafters.speculative_decoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape,
+                                            chain_rule, tree_rule, self.draft_runners.get((shape.depth, shape.width)),
+                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)))
 
     def encode(self, prompt: str | list[int] | None = None, messages: list[dict[str, str]] | None = None) -> list[int]:
         """Token ids of a text prompt, of token ids as given, or of chat `messages` through the chat template."""

@@ -25,7 +25,7 @@ from ..tree.sampling import SamplingParams, next_token, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_tree_sampling
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
-from .cache_layout import CacheLayout, causal_rows, prefill
+from .cache_layout import CacheLayout, prefill
 from .draft_phase import DraftPhase, align_vocab
 from .models import model_device
 from .stats import DecodeStats
@@ -46,10 +46,10 @@ class SpeculativeDecoder:
                  draft_phase=None, verify_phase=None, tree_rule: str = "rrs"):
         self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
-        self.draft_phase = DraftPhase(drafter, shape.depth, shape.width, self.vocab, layout.trash)
+        self.draft_phase = self.make_draft_phase()
         # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
         self.run_draft = draft_phase or self.draft_phase
-        self.run_verify = verify_phase or GreedyVerifyPhase(verifier, shape.depth, shape.verify)
+        self.run_verify = verify_phase or self.make_verify_phase()
         self.no_moves = torch.full((2, shape.depth), layout.trash, dtype=torch.long, device=self.device)
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
@@ -57,6 +57,45 @@ class SpeculativeDecoder:
         self.tree_rule = tree_rule  # T > 0, W > 1: "rrs" (sampled tree) or "point-mass" (greedy-grown tree)
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.stats = DecodeStats()
+
+    # -- what a drafter kind overrides (yggc.runtime.eagle3_decoder is the other kind) ------------------
+    def make_draft_phase(self) -> torch.nn.Module:
+        return DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash)
+
+    def make_verify_phase(self) -> torch.nn.Module:
+        return GreedyVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
+
+    def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
+        """Both caches filled with the prompt -> the verifier's last logits [vocab]."""
+        prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+        return prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+
+    def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
+        """The fused draft phase's inputs."""
+        return (*self.head_inputs(pending, n), self.drafter_moves)
+
+    def root_logits(self, pending: list[int], n: int) -> torch.Tensor:
+        """Eager head step: the drafter catches up on `pending` (root last, at slot n) -> root logits [vocab]."""
+        tokens, meta, view = self.head_inputs(pending, n)
+        self.drafter.move_kv(*self.drafter_moves)
+        return self.draft_phase.head(tokens, meta[0], meta[1], view)
+
+    def node_logits(self, tokens, parents, ids, depth, anc_rows, n: int, view: int) -> torch.Tensor:
+        """Eager tree step on nodes `ids` (tokens, parent ids, depths [R], ancestor rows [R, N]) -> logits [R, vocab]."""
+        logits = self.drafter(tokens, n + depth, n + ids, tree_mask(n, anc_rows, view))
+        return align_vocab(logits, self.vocab)
+
+    def verifier_logits(self, tokens, positions, slots, mask) -> torch.Tensor:
+        return self.verifier(tokens, positions, slots, mask)
+
+    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor) -> None:
+        """What the verify phase hands the drafter: the accepted K/V moves."""
+        self.drafter_moves = handoff[0]
+
+    def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
+        """Tokens the next head step feeds: the root, and an accepted leaf the drafter never ran on."""
+        k = len(new) - 1
+        return new[-2:] if k and last_id >= draft.n_fed else new[-1:]
 
     # -- drafting ------------------------------------------------------------------------------------
     def view_slots(self, n_used: int) -> torch.Tensor:
@@ -73,7 +112,7 @@ class SpeculativeDecoder:
 
     def draft_tree(self, pending: list[int], n: int) -> Draft:
         """The EGT draft phase in one call: D drafter calls, W new nodes each."""
-        tokens, parents, depth, cum_logp, anc = self.run_draft(*self.head_inputs(pending, n), self.drafter_moves)
+        tokens, parents, depth, cum_logp, anc = self.run_draft(*self.phase_inputs(pending, n))
         tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
         return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width, anc)
 
@@ -81,16 +120,15 @@ class SpeculativeDecoder:
         """T > 0: the EGT grown from draws of the drafter's distribution (sampled_egt), for recursive
         rejection sampling; eager, around the drafter's forward."""
         D, W, N = self.shape.depth, self.shape.width, self.shape.n_nodes
-        tokens, meta, view = self.head_inputs(pending, n)
-        self.drafter.move_kv(*self.drafter_moves)
-        q = target_probs(self.draft_phase.head(tokens, meta[0], meta[1], view), params).expand(W, -1)  # [W, vocab]
+        view = self.layout.view(n + N)
+        q = target_probs(self.root_logits(pending, n), params).expand(W, -1)  # [W, vocab]
         q_rows = torch.zeros(N, self.vocab)
         state = egt_init(pending[-1], D, W, self.vocab)
         for step in range(D):
             if step:
                 f = egt_frontier(state)
-                logits = self.drafter(f.tokens, n + f.depth, n + f.ids, tree_mask(n, f.mask, view.shape[0]))
-                q = target_probs(align_vocab(logits, self.vocab), params)                 # [W, vocab]
+                logits = self.node_logits(f.tokens, state.parents[f.ids], f.ids, f.depth, f.mask, n, view)
+                q = target_probs(logits, params)                 # [W, vocab]
             q_rows[state.newest] = q
             state = sampled_egt_step(state, q, gumbel_keys(q.log(), gen))
         tree = egt_tree(state)
@@ -102,17 +140,16 @@ class SpeculativeDecoder:
         D = self.shape.depth
         tree = TokenTree.from_root(pending[-1], 1 + D)
         q = torch.empty(D, self.vocab)
-        tokens, meta, view = self.head_inputs(pending, n)
-        self.drafter.move_kv(*self.drafter_moves)
-        logits = self.draft_phase.head(tokens, meta[0], meta[1], view)
+        logits = self.root_logits(pending, n)
+        chain = torch.ones(1 + D, 1 + D, dtype=torch.bool).tril()  # [N, N] ancestor-or-self rows of a chain
         for d in range(1, D + 1):
             q[d - 1] = target_probs(logits, params)
             tree.tokens[d] = int(torch.multinomial(q[d - 1], 1, generator=gen))
             tree.parents[d], tree.depth[d] = d - 1, d
             if d < D:
-                slot = torch.tensor([n + d])
-                out = self.drafter(tree.tokens[d:d + 1], slot, slot, causal_rows(slot, self.layout.view(n + d + 1)))
-                logits = align_vocab(out[0], self.vocab)
+                node = torch.tensor([d])
+                logits = self.node_logits(tree.tokens[node], node - 1, node, node, chain[node], n,
+                                          self.layout.view(n + d + 1))[0]
         tree.n_nodes = 1 + D
         return Draft(tree, q, D, tree.ancestor_mask())
 
@@ -121,9 +158,10 @@ class SpeculativeDecoder:
         """One call: prune, verify, accept, compact the verifier's KV -> (emitted tokens, last accepted
         tree id, deepest verified depth); also leaves the drafter's K/V moves for its next call."""
         t = draft.tree
-        emit, info, self.drafter_moves = self.run_verify(t.tokens, t.parents, t.depth, t.cum_logp, draft.anc,
-                                                         torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
+        emit, info, *handoff = self.run_verify(t.tokens, t.parents, t.depth, t.cum_logp, draft.anc,
+                                               torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
         k, last_id, max_depth = info.tolist()
+        self.take_verify_outputs(handoff, torch.arange(k + 1))
         return emit[: k + 1].tolist(), last_id, max_depth
 
     def verify_sampled(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
@@ -132,7 +170,7 @@ class SpeculativeDecoder:
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         mask = tree_mask(n, sub.ancestor_mask(), self.layout.view(n + kept.shape[0]))
-        probs = target_probs(self.verifier(sub.tokens, n + sub.depth, slots, mask), params)  # [V+1, vocab]
+        probs = target_probs(self.verifier_logits(sub.tokens, n + sub.depth, slots, mask), params)  # [V+1, vocab]
         if draft.q is not None:
             tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
             path = list(range(1, tau + 1))
@@ -143,8 +181,9 @@ class SpeculativeDecoder:
         path = torch.tensor(path, dtype=torch.long)
         self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
         ids = kept[path]
-        self.drafter_moves = self.no_moves.clone()
-        self.drafter_moves[0, : len(path)], self.drafter_moves[1, : len(path)] = n + ids, n + 1 + torch.arange(len(path))
+        moves = self.no_moves.clone()
+        moves[0, : len(path)], moves[1, : len(path)] = n + ids, n + 1 + torch.arange(len(path))
+        self.take_verify_outputs([moves], torch.cat([path.new_zeros(1), path]))
         tokens = draft.tree.tokens[ids].tolist() + [token]
         return tokens, int(ids[-1]) if len(path) else 0, int(sub.depth.max())
 
@@ -158,8 +197,7 @@ class SpeculativeDecoder:
         st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
         t0 = time.perf_counter()
         with torch.device(self.device):
-            logits = prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
-            prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+            logits = self.prefill_models(prompt_ids)
         new = [next_token(logits, params, gen)]
         n, pending = len(prompt_ids), list(new)
         while new:
@@ -188,9 +226,7 @@ class SpeculativeDecoder:
             new, last_id, max_depth = self.verify_sampled(draft, n, params, gen)
         k = len(new) - 1
         self.record(max_depth, self.shape.verify, k)
-        # a leaf the drafter never ran on rides along with the new root in the next head step
-        pending = new[-2:] if k and last_id >= draft.n_fed else new[-1:]
-        return new, n + 1 + k, pending
+        return new, n + 1 + k, self.next_pending(new, last_id, draft)
 
     def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
         """T > 0: a sampled chain (W = 1), a sampled tree (rrs) or the greedy-grown tree (point-mass)."""

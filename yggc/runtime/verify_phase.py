@@ -46,16 +46,21 @@ class GreedyVerifyPhase(nn.Module):
         super().__init__()
         self.verifier, self.depth, self.verify = verifier, depth, verify
 
+    def score(self, tokens, positions, slots, mask) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The verifier on the kept rows -> (logits [R, vocab], per-row tensors the drafter needs: none here)."""
+        return self.verifier(tokens, positions, slots, mask), ()
+
     def forward(self, tokens, parents, depth, cum_logp, anc, n, view_slots):
         """Tree [N] from the draft phase, n [] = root slot, view_slots [S] (its length = cache view)
         -> emitted tokens [D+1] (the accepted path, then the bonus at index k, then padding),
         info [3] = (accepted count k, last accepted tree id, deepest verified depth),
-        drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end)."""
+        drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end),
+        then score()'s per-row tensors at the path rows (root first)."""
         V, D = self.verify, self.depth
         kept, sub_par, sub_depth, sub_anc = prune_top(tokens, parents, depth, cum_logp, anc, V)
         rows = torch.arange(V + 1, device=tokens.device)
         mask = tree_mask(n, sub_anc, view_slots.shape[0])
-        logits = self.verifier(tokens[kept], n + sub_depth, n + rows, mask)  # [V+1, vocab]
+        logits, per_row = self.score(tokens[kept], n + sub_depth, n + rows, mask)  # [V+1, vocab]
         best = logits.argmax(-1)
         deepest = greedy_accept(tokens[kept], sub_par, sub_depth, best, D)
         on_path = sub_anc[deepest]  # [V+1] the accepted rows, root included
@@ -67,4 +72,4 @@ class GreedyVerifyPhase(nn.Module):
         path_ids = kept[path]  # tree ids, root first
         emit = torch.where(rows[: path.shape[0]] == k, best[deepest], tokens[torch.roll(path_ids, -1)])
         info = torch.stack([k, path_ids[k], sub_depth.max()])
-        return emit, info, torch.stack([n + path_ids[1:], dst])
+        return emit, info, torch.stack([n + path_ids[1:], dst]), *(t[path] for t in per_row)

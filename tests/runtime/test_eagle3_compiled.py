@@ -1,0 +1,91 @@
+"""Bundles with an EAGLE-3 head: the fused draft phase (head step + tree steps + growth) and the verify phase
+(handing the accepted path's features over) are compiled, and decoding stays lossless."""
+import json
+
+import pytest
+import torch
+from checkpoints import write_checkpoint
+from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eagle3
+from yggc.passes.calibrate import CalibrationSpec
+from yggc.passes.pipeline import CompileJob, compile_bundle
+
+from yggc.errors import YggcError
+from yggc.plan.shape import TreeShape
+from yggc.runtime import Runtime
+from yggc.runtime.autoregressive import AutoregressiveDecoder
+from yggc.runtime.eagle3_decoder import Eagle3Decoder
+from yggc.tree.sampling import SamplingParams
+
+SHAPE = TreeShape(3, 2, 4)
+
+
+@pytest.fixture(scope="module")
+def pair_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e3pair")
+    v = write_checkpoint(root / "v", "tiny_vocab", seed=5)
+    head = new_eagle3(v, torch.arange(8), 2, seed=5, init_std=0.3)
+    return v, save_eagle3(head, head_base_config(v), root / "head")
+
+
+def tokens(dec, prompt, n):
+    return [t for c in dec.stream(prompt, n, SamplingParams()) for t in c]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_eagle3_decoding_is_lossless(pair_dirs, tmp_path, dtype):
+    """fp32: equal to eager autoregressive decoding; bf16: to the bundle's own verifier decoding (compiled and
+    eager bf16 kernels round differently, see test_compiled.py)."""
+    out = tmp_path / "bundle"
+    compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=dtype, max_seq=96, profile_repeats=2), log=lambda m: None)
+    rt = Runtime.load(out)
+    assert rt.manifest.extra["drafter"] == {"kind": "eagle3", "feature_layers": [0, 1, 1]}
+    assert set(rt.draft_runners) == {(3, 2)} and set(rt.verify_runners) == {(3, 2, 4)}
+    tree = rt.decoder(speculative=True)
+    assert isinstance(tree, Eagle3Decoder) and tree.run_draft is rt.draft_runners[(3, 2)]
+    ref_dec = (AutoregressiveDecoder(rt.verifier.graph, rt.verifier.layout) if dtype == torch.float32
+               else rt.decoder(speculative=False))
+    for seed in range(3):
+        prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        assert tokens(tree, prompt, 40) == tokens(ref_dec, prompt, 40)
+        assert tree.stats.n_accept > 0
+
+
+def test_manifest_must_match_the_head(pair_dirs, tmp_path):
+    out = tmp_path / "bundle"
+    compile_bundle(CompileJob(*pair_dirs, out, TreeShape(2, 1, 2), max_seq=64, profile_repeats=1), log=lambda m: None)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["extra"]["drafter"] = {"kind": "llama"}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(YggcError, match="records drafter {'kind': 'llama'}, its drafter/ folder holds"):
+        Runtime.load(out)
+
+
+def test_heads_compile_at_o1_only(pair_dirs, tmp_path):
+    with pytest.raises(YggcError, match=r"is an EAGLE-3 head: compile it at -O1 \(--opt O1\)"):
+        compile_bundle(CompileJob(*pair_dirs, tmp_path / "b", SHAPE, max_seq=64, opt="O2"), log=lambda m: None)
+    assert not (tmp_path / "b").exists()
+
+
+def test_calibrated_eagle3_bundle(tmp_path):
+    """--calib with a head: its eager steps are profiled, the calibration text decoded with head trees, a shape
+    chosen from those trees, and the chosen shape's phases decode losslessly."""
+    v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=2)  # a verifier with a tokenizer for the text
+    head = new_eagle3(v, torch.arange(0, 300, 3), 2, seed=2, init_std=0.3)
+    pair = (v, save_eagle3(head, head_base_config(v), tmp_path / "head"))
+    calib = tmp_path / "calib.txt"
+    calib.write_text("a b c d e f g h a b c d " * 20)
+    spec = CalibrationSpec((calib,), n_prompts=2, prompt_tokens=12, new_tokens=16, max_depth=3, widths=(1, 2))
+    out = tmp_path / "bundle"
+    compile_bundle(CompileJob(*pair, out, None, max_seq=128, profile_repeats=1, calib=spec), log=lambda m: None)
+    profile = json.loads((out / "profile.json").read_text())
+    assert set(profile["models"]["drafter"]["bucket_ms"]) == {"1", "4", "8"}
+    record = json.loads((out / "calibration.json").read_text())
+    assert set(record["n_trees"]) == {"1", "2"} and all(n > 0 for n in record["n_trees"].values())
+    plan = json.loads((out / "plan.json").read_text())
+    shape = TreeShape(plan["depth"], plan["width"], plan["verify"])
+    assert shape.depth <= 3 and shape.width in (1, 2)
+    rt = Runtime.load(out)
+    assert set(rt.draft_runners) == {(shape.depth, shape.width)}
+    prompt = [11, 42, 7, 250, 3, 99]
+    assert tokens(rt.decoder(speculative=True), prompt, 30) == tokens(
+        AutoregressiveDecoder(rt.verifier.graph, rt.verifier.layout), prompt, 30)

@@ -1,0 +1,87 @@
+"""The training-time test (eagle3.txt) of an EAGLE-3 head: k draft steps unrolled over whole sequences.
+
+Rows are indexed by position p. Step 0's row p is the real pair (verifier feature g_p, token x_{p+1}).
+Step j's row p is the depth-j draft node whose last real pair is r = p - j: its token is x_{p+1}, its
+input feature is step j-1's output at row p-1 (its parent), its RoPE position is p, and it attends to
+the real pairs at positions <= r plus its ancestors, step j' at position r + j' (one diagonal per
+earlier step) - exactly what the runtime's tree mask shows a draft node. Every row predicts x_{p+2},
+so all steps share one target: the verifier's distribution at position p+1 over the draft vocabulary.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from yggc.graphs.llama import rope_cos_sin, rotate
+
+
+def shift_right(x: torch.Tensor, by: int) -> torch.Tensor:
+    """x [B, ..., T, d] -> row p holds x's row p - by (zeros before the start); the time axis is -2."""
+    if by == 0:
+        return x
+    return torch.cat([torch.zeros_like(x[..., :by, :]), x[..., :-by, :]], dim=-2)
+
+
+def unrolled_attention(q, keys, values, j: int) -> torch.Tensor:
+    """q [B, Hq, T, hd] of step j; keys/values[i] [B, KV, T, hd] of steps 0..j -> [B, Hq, T, hd]."""
+    B, Hq, T, hd = q.shape
+    group = Hq // keys[0].shape[1]
+    k0, v0 = (t.repeat_interleave(group, dim=1) for t in (keys[0], values[0]))
+    scores = [q @ k0.transpose(-1, -2)]  # [B, Hq, T, T]: the real pairs
+    rows = torch.arange(T, device=q.device)
+    visible = rows[None, :] <= rows[:, None] - j  # real pairs at positions <= p - j
+    scores[0] = scores[0].masked_fill(~visible, float("-inf"))
+    diag_v = []
+    for i in range(1, j + 1):  # the ancestor of depth i sits at position p - (j - i)
+        ki, vi = (shift_right(t.repeat_interleave(group, dim=1), j - i) for t in (keys[i], values[i]))
+        scores.append((q * ki).sum(-1, keepdim=True))  # [B, Hq, T, 1]
+        diag_v.append(vi)
+    probs = torch.softmax(torch.cat(scores, -1) * hd ** -0.5, dim=-1)  # rows with nothing visible: see below
+    probs = torch.nan_to_num(probs)
+    out = probs[..., :T] @ v0
+    for i, vi in enumerate(diag_v):
+        out = out + probs[..., T + i:T + i + 1] * vi
+    return out
+
+
+def head_step(head, emb_n: torch.Tensor, feature: torch.Tensor, cos, sin, keys, values, j: int):
+    """One unrolled step: (normed embeddings [B, T, H], input feature [B, T, H]) -> output feature [B, T, H]."""
+    attn = head.attn
+    B, T, _ = feature.shape
+    x = torch.cat([emb_n, head.hidden_norm(feature)], dim=-1)
+    q, k, v = attn.wqkv(x).split([attn.n_heads * attn.hd, attn.n_kv * attn.hd, attn.n_kv * attn.hd], -1)
+    q = rotate(q.view(B, T, attn.n_heads, attn.hd).transpose(1, 2), cos, sin)
+    k = rotate(k.view(B, T, attn.n_kv, attn.hd).transpose(1, 2), cos, sin)
+    keys.append(k)
+    values.append(v.view(B, T, attn.n_kv, attn.hd).transpose(1, 2))
+    out = unrolled_attention(q, keys, values, j)  # [B, Hq, T, hd]
+    h = feature + attn.wo(out.transpose(1, 2).reshape(B, T, attn.n_heads * attn.hd))
+    return h + head.mlp(head.mlp_norm(h))
+
+
+def ttt_logits(head, tokens: torch.Tensor, features: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """tokens [B, T] (x_{p+1}), verifier features [B, T, F] (g_p) -> draft-vocab logits [B, T, Vd] per step."""
+    T = tokens.shape[1]
+    emb_n = head.input_norm(head.embed(tokens))
+    cos, sin = rope_cos_sin(torch.arange(T), head.inv_freq, emb_n.dtype)
+    feature, keys, values, out = head.fuse(features), [], [], []
+    for j in range(k):
+        h = head_step(head, emb_n, feature, cos, sin, keys, values, j)
+        out.append(head.lm_head(head.norm(h)))
+        feature = shift_right(h, 1)  # row p's parent is row p-1 of this step
+    return out
+
+
+def ttt_loss(logits: list[torch.Tensor], target_logp: torch.Tensor, target_best: torch.Tensor,
+             mask: torch.Tensor, decay: float = 0.8) -> tuple[torch.Tensor, list[float]]:
+    """Soft cross-entropy against the verifier's draft-vocab distribution, step j weighted decay**j, on rows
+    `mask` [B, T] whose step-j node exists (p >= j) -> (loss, top-1 agreement per step)."""
+    total, agree = 0.0, []
+    p = target_logp.exp()
+    rows = torch.arange(mask.shape[1])
+    for j, lg in enumerate(logits):
+        m = mask & (rows >= j)[None, :]
+        ce = -(p * F.log_softmax(lg.float(), -1)).sum(-1)  # [B, T]
+        n = m.sum().clamp_min(1)
+        total = total + decay ** j * (ce * m).sum() / n
+        agree.append(float(((lg.argmax(-1) == target_best) & m).sum() / n))
+    return total, agree

@@ -1,0 +1,84 @@
+"""Which drafter kind a folder holds, loading it beside its verifier, and the decoder for the pair.
+
+A standalone drafter is a small LM with the verifier's tokenizer (graphs.LlamaGraph, SpeculativeDecoder);
+an EAGLE-3 head (graphs.eagle3.Eagle3Graph, Eagle3Decoder) drafts from the verifier's features and is
+checked against the verifier it was trained for. Everything downstream takes either.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..graphs import check_pair, load_config
+from ..graphs.eagle3 import Eagle3Graph
+from ..graphs.eagle3_checkpoint import check_eagle3_pair, is_eagle3, load_eagle3, load_eagle3_config
+from ..plan.shape import TreeShape
+from .cache_layout import CacheLayout
+from .draft_phase import DraftPhase
+from .eagle3_decoder import Eagle3Decoder, Eagle3DraftPhase, FeatureVerifyPhase
+from .models import LoadedModel, load
+from .speculative import SpeculativeDecoder
+from .verify_phase import GreedyVerifyPhase
+
+
+def drafter_kind(drafter_dir: str | Path) -> str:
+    return "eagle3" if is_eagle3(drafter_dir) else "llama"
+
+
+def check_drafter(verifier_dir: str | Path, drafter_dir: str | Path) -> None:
+    """The pair check before any weights are read: same tokenizer, or an EAGLE-3 head made for this verifier."""
+    if drafter_kind(drafter_dir) == "llama":
+        check_pair(verifier_dir, drafter_dir)
+    else:
+        check_eagle3_pair(load_eagle3_config(drafter_dir), load_config(verifier_dir), None,
+                          f"EAGLE-3 head {drafter_dir}")
+
+
+def load_drafter(drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
+                 weights: bool = True) -> LoadedModel:
+    """The drafter with the verifier's cache layout (an EAGLE-3 head also gets the verifier's embedding);
+    weights=False: see models.load (heads always load theirs: bundles compile their phases, not their forward)."""
+    if drafter_kind(drafter_dir) == "llama":
+        return load(drafter_dir, dtype, verifier.layout.max_seq, device, weights)
+    head = load_eagle3(drafter_dir, verifier.path, verifier.layout.n_slots, dtype, device)
+    return LoadedModel(head, verifier.tokenizer, verifier.layout, Path(drafter_dir))
+
+
+def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,
+              max_seq: int) -> tuple[LoadedModel, LoadedModel]:
+    check_drafter(verifier_dir, drafter_dir)
+    verifier = load(verifier_dir, dtype, max_seq)
+    return verifier, load_drafter(drafter_dir, verifier, dtype)
+
+
+def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
+                        tree_rule: str = "rrs", draft_phase=None, verify_phase=None) -> SpeculativeDecoder:
+    """The decoder for the drafter's kind (verifier and drafter: graphs or compiled models around them)."""
+    kind = Eagle3Decoder if is_head(drafter) else SpeculativeDecoder
+    return kind(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule)
+
+
+def is_head(drafter) -> bool:
+    return isinstance(getattr(drafter, "graph", drafter), Eagle3Graph)
+
+
+def draft_phase(drafter_graph, shape: TreeShape, vocab: int, trash: int) -> torch.nn.Module:
+    """The fused draft phase module of the drafter's kind (what a bundle compiles)."""
+    kind = Eagle3DraftPhase if is_head(drafter_graph) else DraftPhase
+    return kind(drafter_graph, shape.depth, shape.width, vocab, trash)
+
+
+def verify_phase(verifier_graph, drafter_graph, shape: TreeShape) -> torch.nn.Module:
+    """The fused greedy verify phase; for an EAGLE-3 head it also hands over the path's features."""
+    if not is_head(drafter_graph):
+        return GreedyVerifyPhase(verifier_graph, shape.depth, shape.verify)
+    verifier_graph.feature_layers = drafter_graph.eagle.feature_layers
+    return FeatureVerifyPhase(verifier_graph, shape.depth, shape.verify)
+
+
+def drafter_record(drafter_graph) -> dict:
+    """What a bundle manifest records of its drafter, checked again at load."""
+    if not is_head(drafter_graph):
+        return {"kind": "llama"}
+    return {"kind": "eagle3", "feature_layers": list(drafter_graph.eagle.feature_layers)}

@@ -1,0 +1,154 @@
+"""Tree speculative decoding with an EAGLE-3 head as the drafter (eagle3.txt): the same EGT growth,
+pruning, verification and acceptance as SpeculativeDecoder; what differs is what the drafter reads.
+
+The head's cache row p pairs the verifier's feature at position p with the token at p + 1. So at the
+top of an iteration with the root at verifier slot n, the head holds rows 0..n-2 and `pending` pairs
+(the accepted path of the last verify: its rows' verifier features and the tokens after them, the
+root's last) go to slots n-len..n-1. The last pending pair is tree node 0: tree node i sits at head slot
+n-1+i and RoPE position n-1+depth, and is fed its parent's output feature. Each head step rewrites the
+accepted path with the verifier's own features, so the head needs no K/V moves.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..tree.egt import egt_frontier, egt_init, egt_step
+from ..tree.token_tree import tree_mask
+from .autoregressive import PREFILL_CHUNK
+from .cache_layout import CacheLayout, causal_rows
+from .speculative import Draft, SpeculativeDecoder
+from .verify_phase import GreedyVerifyPhase
+
+
+class Eagle3DraftPhase(nn.Module):
+    """The EGT draft phase of an EAGLE-3 head, one fixed-shape module like DraftPhase."""
+
+    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int):
+        super().__init__()
+        self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
+
+    def head(self, tokens, features, root_row, n, view_slots) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed the pending pairs (tokens [P], verifier features [P, F]; rows past root_row are padding and go
+        to the trash slot), the last real one at slot n-1 -> (root logits [vocab], root output feature [H])."""
+        rows = torch.arange(tokens.shape[0], device=tokens.device)
+        slots = torch.where(rows <= root_row, n - 1 - root_row + rows, self.trash)  # position = slot
+        mask = view_slots[None, :] <= slots[:, None]
+        logits, out = self.head_model(tokens, self.head_model.fuse(features), slots, slots, mask)
+        pick = root_row.view(1)
+        return logits.index_select(0, pick)[0], out.index_select(0, pick)[0]
+
+    def export_inputs(self, max_seq: int, device: str) -> tuple[tuple[torch.Tensor, ...], int]:
+        """Example inputs for torch.export, and the index of view_slots (its length is the dynamic dim)."""
+        P, F = self.depth + 1, self.head_model.fc.in_features
+        long = {"dtype": torch.long, "device": device}
+        return (torch.zeros(P, **long), torch.zeros(P, F, dtype=self.head_model.fc.weight.dtype, device=device),
+                torch.tensor([0, 1], **long), torch.arange(max_seq, device=device)), 3
+
+    def forward(self, tokens, features, meta, view_slots):
+        """tokens [P] (the root at meta[0]), features [P, F], meta [2] = (root row, root slot n), view_slots [S]
+        -> tree tokens, parents, depth [N] long, cum_logp [N], ancestors [N, N]; N = 1 + D*W."""
+        root_row, n = meta[0], meta[1]
+        base, view = n - 1, view_slots.shape[0]  # tree node i at head slot base + i
+        root_logits, root_out = self.head(tokens, features, root_row, n, view_slots)
+        N = 1 + self.depth * self.width
+        feats = root_out.new_zeros(N, root_out.shape[0]).index_copy(0, root_row.new_zeros(1), root_out[None])
+        state = egt_init(0, self.depth, self.width, self.vocab, device=tokens.device)
+        state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), tokens.index_select(0, root_row.view(1)))
+        state = egt_step(state, torch.log_softmax(root_logits, -1).expand(self.width, -1))
+        for _ in range(self.depth - 1):
+            f = egt_frontier(state)
+            logits, out = self.head_model(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,
+                                          tree_mask(base, f.mask, view))
+            feats = feats.index_copy(0, f.ids, out)
+            state = egt_step(state, torch.log_softmax(logits, -1))
+        return state.tokens, state.parents, state.depth, state.cum_logp, state.anc
+
+
+class FeatureVerifyPhase(GreedyVerifyPhase):
+    """Greedy verification that also hands over the verifier's features of the accepted path's rows."""
+
+    def score(self, tokens, positions, slots, mask):
+        logits, features = self.verifier.forward_features(tokens, positions, slots, mask)
+        return logits, (features,)
+
+
+def prefill_features(verifier, ids: list[int], layout: CacheLayout, chunk: int = PREFILL_CHUNK):
+    """Verifier prefill that keeps every row's features -> (last logits [vocab], features [len(ids), F])."""
+    feats, logits = [], None
+    for c0 in range(0, len(ids), chunk):
+        part = ids[c0:c0 + chunk]
+        slots = torch.arange(c0, c0 + len(part))
+        logits, f = verifier.forward_features(torch.tensor(part), slots, slots, causal_rows(slots, layout.view(c0 + len(part))))
+        feats.append(f)
+    return logits[-1], torch.cat(feats)
+
+
+def prefill_pairs(head, tokens: list[int], features: torch.Tensor, layout: CacheLayout, chunk: int = PREFILL_CHUNK):
+    """Head rows 0..len-1: (features [len, F] of positions p, the token at p + 1)."""
+    for c0 in range(0, len(tokens), chunk):
+        part = tokens[c0:c0 + chunk]
+        slots = torch.arange(c0, c0 + len(part))
+        head(torch.tensor(part), head.fuse(features[c0:c0 + len(part)]), slots, slots,
+             causal_rows(slots, layout.view(c0 + len(part))))
+
+
+class Eagle3Decoder(SpeculativeDecoder):
+    """SpeculativeDecoder with an Eagle3Graph drafter (the verifier's feature_layers set to the head's)."""
+
+    def __init__(self, verifier, drafter, layout, shape, chain_rule: str = "block", draft_phase=None,
+                 verify_phase=None, tree_rule: str = "rrs"):
+        # the head and the feature taps run eagerly: a bundle compiles the two phases, not the head's forward
+        drafter = getattr(drafter, "graph", drafter)
+        self.verifier_graph = getattr(verifier, "graph", verifier)
+        self.verifier_graph.feature_layers = drafter.eagle.feature_layers
+        self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
+        self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
+        self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features
+        super().__init__(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule)
+
+    def make_draft_phase(self) -> nn.Module:
+        return Eagle3DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash)
+
+    def make_verify_phase(self) -> nn.Module:
+        return FeatureVerifyPhase(self.verifier_graph, self.shape.depth, self.shape.verify)
+
+    def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
+        logits, feats = prefill_features(self.verifier_graph, prompt_ids, self.layout)
+        prefill_pairs(self.drafter, prompt_ids[1:], feats[:-1], self.layout)
+        self.pending_features = feats[-1:]  # paired with the first new token
+        return logits
+
+    def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
+        P = self.shape.depth + 1  # at most D accepted + the bonus
+        tokens = torch.tensor(pending + [0] * (P - len(pending)))
+        feats = self.pending_features  # None only before any prefill (profiling): the head reads zeros
+        if feats is None:
+            feats = torch.zeros(1, self.drafter.fc.in_features, dtype=self.drafter.fc.weight.dtype)
+        feats = torch.cat([feats, feats.new_zeros(P - feats.shape[0], feats.shape[1])])
+        return tokens, feats, torch.tensor([len(pending) - 1, n]), self.view_slots(n + self.shape.n_nodes)
+
+    def root_logits(self, pending: list[int], n: int) -> torch.Tensor:
+        tokens, feats, meta, view = self.phase_inputs(pending, n)
+        logits, out = self.draft_phase.head(tokens, feats, meta[0], meta[1], view)
+        self.node_features = out.new_zeros(self.shape.n_nodes, out.shape[0])
+        self.node_features[0] = out
+        return logits
+
+    def node_logits(self, tokens, parents, ids, depth, anc_rows, n: int, view: int) -> torch.Tensor:
+        base = n - 1
+        logits, out = self.drafter(tokens, self.node_features[parents], base + depth, base + ids,
+                                   tree_mask(base, anc_rows, view))
+        self.node_features[ids] = out
+        return logits
+
+    def verifier_logits(self, tokens, positions, slots, mask) -> torch.Tensor:
+        logits, self.row_features = self.verifier_graph.forward_features(tokens, positions, slots, mask)
+        return logits
+
+    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor) -> None:
+        feats = handoff[1] if len(handoff) > 1 else self.row_features
+        self.pending_features = feats[path_rows]
+
+    def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
+        return new  # every accepted row's pair, the bonus token's last
