@@ -193,3 +193,17 @@ class LlamaGraph(CacheOwner):
         """False when built without them (graphs.load_model(weights=False)): compiled packages carry them."""
         return not self.embed.weight.is_meta
 
+
+class FeatureForward(nn.Module):
+    """A graph's forward_features as the forward of a module, for export: a verifier package that also
+    returns the feature taps of an EAGLE-3 pairing. Its constants are the graph's, named PREFIX + name."""
+
+    PREFIX = "model."  # not "graph.": an exported GraphModule's own `graph` attribute would shadow it
+
+    def __init__(self, graph: LlamaGraph):
+        super().__init__()
+        self.model = graph
+
+    def forward(self, input_ids, position_ids, cache_slots, attn_mask):
+        return self.model.forward_features(input_ids, position_ids, cache_slots, attn_mask)
+

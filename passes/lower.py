@@ -18,6 +18,7 @@ import torch
 from torch.export import Dim
 
 from ..graphs import LlamaGraph
+from ..graphs.llama import FeatureForward
 from ..runtime.verify_phase import GreedyVerifyPhase
 
 INDUCTOR_CONFIGS = {"O1": {"aot_inductor.package_constants_in_so": False},
@@ -67,11 +68,12 @@ def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, de
 
 
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
-                opt: str = "O2") -> Path:
-    """graph.forward at every input width 1..max_width -> one package (.pt2)."""
+                opt: str = "O2", features: bool = False) -> Path:
+    """graph.forward (features: graph.forward_features) at every input width 1..max_width -> one package."""
     width = Dim("W", min=1, max=max_width)
     dynamic = ({0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)})
-    return compile_program(graph, example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device), dynamic,
+    module = FeatureForward(graph) if features else graph
+    return compile_program(module, example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device), dynamic,
                            out_path, opt, device)
 
 

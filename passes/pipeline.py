@@ -26,6 +26,7 @@ from ..runtime.drafters import (
     draft_phase,
     drafter_kind,
     drafter_record,
+    features_package,
     is_head,
     load_drafter,
     speculative_decoder,
@@ -117,7 +118,8 @@ def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[i
     for name, model in loaded.items():
         rel = f"artifacts/{name}.pt2"
         if widths[name] and not w.path(rel).exists():
-            lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
+            lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
+                        features_package(name, job.opt, loaded["drafter"].graph))
             step(f"lowered {name} at every width 1..{package_width(job)}")
         buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
                     for width in widths[name]]
@@ -162,7 +164,7 @@ def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel
                      shape: TreeShape, job: CompileJob) -> SpeculativeDecoder:
     """The decoder the runtime will build from these buckets (for profiling)."""
     if job.opt == "O2":  # eager phases around the compiled models
-        return SpeculativeDecoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
+        return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     v, d = loaded["verifier"].graph, loaded["drafter"].graph
     draft_runner = load_bucket(root / draft["file"], draft_phase(d, shape, v.cfg.vocab_size, job.max_seq), job.opt)
@@ -194,13 +196,10 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
 
 
 def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
-    """The pair check, then both models; an EAGLE-3 head compiles at -O1 with the Inductor backend."""
-    if drafter_kind(job.drafter_dir) == "eagle3":
-        if job.opt != "O1" or job.backend != "inductor":
-            raise YggcError(f"{job.drafter_dir} is an EAGLE-3 head: compile it at -O1 (--opt O1) with the "
-                            "inductor backend; its two phases are the compiled graphs")
-        if job.device != "cpu":
-            raise YggcError("EAGLE-3 bundles are CPU-only for now; compile with --device cpu")
+    """The pair check, then both models; an EAGLE-3 head compiles with the Inductor backend on a CPU."""
+    if drafter_kind(job.drafter_dir) == "eagle3" and (job.device != "cpu" or job.backend != "inductor"):
+        raise YggcError(f"{job.drafter_dir} is an EAGLE-3 head: bundles with heads are CPU-only for now; "
+                        "compile with --device cpu (the inductor backend)")
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = models.load(job.verifier_dir, job.dtype, job.max_seq, job.device)
     return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype)}
@@ -232,7 +231,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             w.copy_model_dir(model.path, name)
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
         width = package_width(job) if job.opt == "O2" else 0
-        compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width)
+        compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width,
+                                        features_package(name, job.opt, loaded["drafter"].graph))
                     for name, m in loaded.items()}
         shape, plan, measured = job.shape, {"source": "compile flags"}, None
         if job.calib:

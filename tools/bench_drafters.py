@@ -8,7 +8,7 @@ Every prompt runs autoregressively first (the reference), then each (drafter, sh
 greedy rows must equal the reference token for token. "tokens/call" is accepted drafts + the bonus per
 verifier call (vLLM's mean accepted length); "per depth" is the fraction of verify calls whose path
 reached each depth, among calls that verified that depth. Eager on purpose: it compares what the
-drafters predict, not how they are compiled (EAGLE-3 heads are not lowered into bundles yet).
+drafters predict, not how they are compiled (`yggc bench` times compiled bundles).
 """
 from __future__ import annotations
 

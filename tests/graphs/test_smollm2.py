@@ -117,3 +117,21 @@ def test_shipped_drafter_is_lossless_in_bfloat16(smollm2):
     spec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, TreeShape(4, 2, 8))
     assert [t for chunk in spec.stream(ids, 48, SamplingParams()) for t in chunk] == want
     assert spec.stats.n_iterations < 48 * 2 // 3  # more than 1.5 tokens per iteration
+
+
+SHIPPED_EAGLE3 = Path(models.__file__).parents[1] / "smollm2_eagle3"
+
+
+@pytest.mark.skipif(not (SHIPPED_EAGLE3 / "model.safetensors").is_file(), reason="no shipped SmolLM2 EAGLE-3 head")
+def test_shipped_eagle3_head_is_lossless(smollm2):
+    """The trained EAGLE-3 head in the package (float32 verifier, eager): tree decoding of a held-out chat prompt
+    equals autoregressive decoding, with drafts accepted."""
+    verifier = models.load(smollm2, torch.float32, 512)
+    head = drafters.load_drafter(SHIPPED_EAGLE3, verifier, torch.float32)
+    text = json.loads((SHIPPED_DRAFTER / "prompts.json").read_text())["prompts"][1]["text"]
+    ids = verifier.tokenizer.encode(text).ids
+    want = [t for chunk in AutoregressiveDecoder(verifier.graph, verifier.layout).stream(ids, 48, SamplingParams())
+            for t in chunk]
+    spec = drafters.speculative_decoder(verifier.graph, head.graph, verifier.layout, TreeShape(4, 2, 8))
+    assert [t for chunk in spec.stream(ids, 48, SamplingParams()) for t in chunk] == want
+    assert spec.stats.n_iterations < 40  # drafts were accepted (32 iterations when written)

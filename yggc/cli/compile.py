@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from ..errors import YggcError
 from ..runtime import models
 from ..runtime.device import resolve_device
-from ..runtime.drafters import drafter_kind
 from .run import tree_shape
 
 if TYPE_CHECKING:
@@ -33,11 +32,10 @@ def compile_command(args: argparse.Namespace) -> int:
     check_target(args)  # before anything slow
     verifier_dir, drafter_dir = compile_pair(args)
     calib = calibration_spec(args)
-    head = drafter_kind(drafter_dir) == "eagle3"  # EAGLE-3 heads: O1 (eager head around the fused phases)
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
                      None if calib else tree_shape(args), models.parse_dtype(args.dtype),
                      models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite,
-                     opt=args.opt or ("O1" if head else DEFAULT_OPT[args.device]), calib=calib, backend=args.backend)
+                     opt=args.opt or DEFAULT_OPT[args.device], calib=calib, backend=args.backend)
     warn_if_busy()
     compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
     return 0

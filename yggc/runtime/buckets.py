@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import YggcError
+from ..graphs.llama import FeatureForward
 from .cache_layout import VIEW_ALIGN
 from .cuda_graphs import CudaGraphRunner
 
@@ -28,12 +29,13 @@ def graph_constants(graph: torch.nn.Module) -> dict[str, torch.Tensor]:
     return consts
 
 
-def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1"):
-    """Load a package and bind it to `graph`'s tensors before it can ever be called.
+def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", prefix: str = ""):
+    """Load a package and bind it to `graph`'s tensors before it can ever be called (the package names
+    them `prefix` + the graph's name when it was exported from a module around the graph).
 
     O1 packages get every weight and buffer; O2 packages carry frozen weights and get the buffers
     (the KV cache) only, so all buckets still read and write one cache."""
-    consts = graph_constants(graph)
+    consts = {prefix + n: t for n, t in graph_constants(graph).items()}
     on_gpu = any(t.is_cuda for t in consts.values())
     try:  # single-threaded runners do no event bookkeeping, which a CUDA graph capture would not allow
         runner = torch._inductor.aoti_load_package(str(path), run_single_threaded=on_gpu)
@@ -41,7 +43,7 @@ def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1"):
         raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
     names = runner.get_constant_fqns()
     if opt == "O2":
-        buffers = dict(graph.named_buffers(remove_duplicate=False))
+        buffers = {prefix + n for n, _ in graph.named_buffers(remove_duplicate=False)}
         names = [n for n in names if n in buffers]
     missing = [n for n in names if n not in consts]
     if missing:
@@ -68,20 +70,24 @@ def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGra
     return graphed
 
 
-def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor"):
+def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor",
+                        features: bool = False):
     if backend == "tensorrt":
         from .tensorrt_buckets import load_tensorrt_bucket  # imports torch_tensorrt: only when asked for
 
         return load_tensorrt_bucket(path, graph)
-    return load_bucket(path, graph, opt)
+    return load_bucket(path, graph, opt, FeatureForward.PREFIX if features else "")
 
 
 class CompiledModel:
-    """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise)."""
+    """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise).
+
+    features=True: its packages were lowered from FeatureForward (an O2 verifier paired with an EAGLE-3
+    head) and return (logits, features); the forward keeps the logits, forward_features both."""
 
     def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
-                 backend: str = "inductor", package_width: int = 0):
-        self.graph, self.cfg, self.opt, self.backend = graph, graph.cfg, opt, backend
+                 backend: str = "inductor", package_width: int = 0, features: bool = False):
+        self.graph, self.cfg, self.opt, self.backend, self.features = graph, graph.cfg, opt, backend, features
         self.runners: dict[int, object] = {}  # the bundle's buckets: width -> runner
         self.packages: dict[Path, object] = {}  # loaded once, whatever number of widths they serve
         self.package_width = package_width  # O2: the one package also takes any other width up to this
@@ -93,7 +99,7 @@ class CompiledModel:
         is loaded once."""
         for w, path in sorted(packages.items()):
             if path not in self.packages:
-                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend)
+                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend, self.features)
             run = self.packages[path]
             if self.package_width:
                 self.any_width = run
@@ -107,15 +113,26 @@ class CompiledModel:
         run = self.runners.get(width)
         return self.any_width if run is None and width <= self.package_width else run
 
+    def checked_runner(self, width: int):
+        run = self.runner(width)
+        if run is None and not self.graph.has_weights:
+            raise YggcError(f"width {width} is not compiled into this bundle (widths 1.."
+                            f"{self.package_width}) and its weights are only in the packages; use a smaller tree")
+        return run
+
     def __call__(self, input_ids, *args) -> torch.Tensor:
         """The graph's forward (input_ids [W] first) through the bucket of width W, else eagerly."""
-        run = self.runner(input_ids.shape[0])
-        if run is None and not self.graph.has_weights:
-            raise YggcError(f"width {input_ids.shape[0]} is not compiled into this bundle (widths 1.."
-                            f"{self.package_width}) and its weights are only in the packages; use a smaller tree")
+        run = self.checked_runner(input_ids.shape[0])
         if run is None:
             return self.graph(input_ids, *args)
-        return run(input_ids, *args)
+        return run(input_ids, *args)[0] if self.features else run(input_ids, *args)
+
+    def forward_features(self, input_ids, *args) -> tuple[torch.Tensor, torch.Tensor]:
+        """The graph's forward_features: through a features package, else eagerly."""
+        run = self.checked_runner(input_ids.shape[0]) if self.features else None
+        if run is None:
+            return self.graph.forward_features(input_ids, *args)
+        return tuple(run(input_ids, *args))
 
     def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         self.graph.move_kv(src_slots, dst_slots)

@@ -42,6 +42,7 @@ def load_drafter(drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dt
     if drafter_kind(drafter_dir) == "llama":
         return load(drafter_dir, dtype, verifier.layout.max_seq, device, weights)
     head = load_eagle3(drafter_dir, verifier.path, verifier.layout.n_slots, dtype, device)
+    verifier.graph.feature_layers = head.eagle.feature_layers  # what its forward_features taps
     return LoadedModel(head, verifier.tokenizer, verifier.layout, Path(drafter_dir))
 
 
@@ -57,6 +58,12 @@ def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
     """The decoder for the drafter's kind (verifier and drafter: graphs or compiled models around them)."""
     kind = Eagle3Decoder if is_head(drafter) else SpeculativeDecoder
     return kind(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule)
+
+
+def features_package(name: str, opt: str, drafter) -> bool:
+    """Whether model `name`'s packages return (logits, features): the O2 verifier of an EAGLE-3 pairing
+    (at O1 the verify phase is its own package and the verifier's 1-token bucket needs no features)."""
+    return name == "verifier" and opt == "O2" and is_head(drafter)
 
 
 def is_head(drafter) -> bool:

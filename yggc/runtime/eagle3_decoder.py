@@ -98,10 +98,10 @@ class Eagle3Decoder(SpeculativeDecoder):
 
     def __init__(self, verifier, drafter, layout, shape, chain_rule: str = "block", draft_phase=None,
                  verify_phase=None, tree_rule: str = "rrs"):
-        # the head and the feature taps run eagerly: a bundle compiles the two phases, not the head's forward
+        # the head runs eagerly (a bundle compiles it inside the draft phase, not its forward); the feature taps
+        # through the verifier's O2 features package, else eagerly (the verify phase has its own at O1)
         drafter = getattr(drafter, "graph", drafter)
-        self.verifier_graph = getattr(verifier, "graph", verifier)
-        self.verifier_graph.feature_layers = drafter.eagle.feature_layers
+        getattr(verifier, "graph", verifier).feature_layers = drafter.eagle.feature_layers
         self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
         self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
         self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features
@@ -111,10 +111,10 @@ class Eagle3Decoder(SpeculativeDecoder):
         return Eagle3DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash)
 
     def make_verify_phase(self) -> nn.Module:
-        return FeatureVerifyPhase(self.verifier_graph, self.shape.depth, self.shape.verify)
+        return FeatureVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
 
     def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
-        logits, feats = prefill_features(self.verifier_graph, prompt_ids, self.layout)
+        logits, feats = prefill_features(self.verifier, prompt_ids, self.layout)
         prefill_pairs(self.drafter, prompt_ids[1:], feats[:-1], self.layout)
         self.pending_features = feats[-1:]  # paired with the first new token
         return logits
@@ -143,7 +143,7 @@ class Eagle3Decoder(SpeculativeDecoder):
         return logits
 
     def verifier_logits(self, tokens, positions, slots, mask) -> torch.Tensor:
-        logits, self.row_features = self.verifier_graph.forward_features(tokens, positions, slots, mask)
+        logits, self.row_features = self.verifier.forward_features(tokens, positions, slots, mask)
         return logits
 
     def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor) -> None:

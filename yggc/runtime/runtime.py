@@ -83,7 +83,8 @@ class Runtime:
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in manifest.buckets
                      if b["model"] == name and b["kind"] == "forward"}
-            compiled[name] = CompiledModel(model.graph, files, opt, backend, manifest.extra.get("package_width", 0))
+            compiled[name] = CompiledModel(model.graph, files, opt, backend, manifest.extra.get("package_width", 0),
+                                           drafters.features_package(name, opt, loaded["drafter"].graph))
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))
