@@ -9,6 +9,7 @@ from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eag
 from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
+from yggc.cli.main import main
 from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
@@ -66,7 +67,7 @@ def test_manifest_must_match_the_head(pair_dirs, tmp_path):
         Runtime.load(out)
 
 
-def test_calibrated_eagle3_bundle(tmp_path):
+def test_calibrated_eagle3_bundle(tmp_path, capsys):
     """--calib with a head: its eager steps are profiled, the calibration text decoded with head trees, a shape
     chosen from those trees, and the chosen shape's phases decode losslessly."""
     v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=2)  # a verifier with a tokenizer for the text
@@ -84,6 +85,8 @@ def test_calibrated_eagle3_bundle(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     shape = TreeShape(plan["depth"], plan["width"], plan["verify"])
     assert shape.depth <= 3 and shape.width in (1, 2)
+    assert main(["inspect", str(out)]) == 0
+    assert "drafter: EAGLE-3 head over the verifier's layers [0, 1, 1]" in capsys.readouterr().out
     rt = Runtime.load(out)
     assert set(rt.draft_runners) == {(shape.depth, shape.width)}
     prompt = [11, 42, 7, 250, 3, 99]

@@ -68,6 +68,9 @@ def inspect_command(args: argparse.Namespace) -> int:
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
     print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.extra.get('opt', 'O1')}, max_seq {m.max_seq}, "
           f"created {m.created}")
+    drafter = m.extra.get("drafter", {"kind": "llama"})
+    if drafter["kind"] == "eagle3":
+        print(f"  drafter: EAGLE-3 head over the verifier's layers {drafter['feature_layers']}")
     print_plan(plan)
     print("  buckets:")
     bucket_ms = {name: m.get("bucket_ms", {}) for name, m in profile.get("models", {}).items()}
