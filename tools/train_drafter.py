@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -41,7 +40,7 @@ from drafter_data import GenSpec, encode_prompts, read_samples, write_shards
 from drafter_model import build_student, collate, distill_loss
 from drafter_prompts import build_prompts
 from pair_presets import ModelSize, TrainHParams, export_checkpoint, load_hf_model, n_params
-from train_loop import load_state, lr_at, make_optimizer, save_state
+from train_loop import distill_steps, make_optimizer
 
 DEFAULT_OUT = Path("~/.cache/yggc/pairs")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -103,52 +102,19 @@ def evaluate(model, samples, batch: int) -> dict:
             "heldout_tokens": total}
 
 
-def stop_reason(args, steps_done: int, seconds: float) -> str | None:
-    if args.stop_after is not None and steps_done >= args.stop_after:
-        return "--stop-after"
-    if args.max_minutes and seconds > args.max_minutes * 60:
-        return "--max-minutes"
-    return None
-
-
 def train(model, samples, preset: DrafterPreset, state_dir: Path, args) -> dict:
     """Train (or resume) to preset.steps; checkpoints every --ckpt-every steps."""
-    import torch
-    from tqdm import tqdm
-
-    opt = make_optimizer(model, preset.train)
-    meta = {"step": 0, "size": asdict(preset.size), "seed": args.seed, "n_samples": len(samples), "agree_ema": None,
-            "train_seconds": 0.0}
-    if (state_dir / "state.json").is_file() and not args.no_resume:
-        meta = load_state(state_dir, model, opt)
-        print(f"train_drafter: resumed at step {meta['step']}", file=sys.stderr)
-    start, t0 = meta["step"], time.time()
-    bar = tqdm(total=preset.steps, initial=start, desc="train drafter", dynamic_ncols=True,
-               mininterval=1.0 if sys.stderr.isatty() else 30.0)
-    while meta["step"] < preset.steps:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(meta["step"], preset.steps, preset.train)
-        batch = collate([samples[i] for i in batch_indices(len(samples), args.seed, meta["step"],
-                                                            preset.train.batch_size)])
-        loss, agree = distill_loss(model, batch, preset.hard_weight)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), preset.train.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        meta["step"] += 1
+    def step(meta: dict):
+        idx = batch_indices(len(samples), args.seed, meta["step"], preset.train.batch_size)
+        loss, agree = distill_loss(model, collate([samples[i] for i in idx]), preset.hard_weight)
         a = agree.item()
         meta["agree_ema"] = a if meta["agree_ema"] is None else 0.98 * meta["agree_ema"] + 0.02 * a
-        bar.set_postfix({"loss": f"{loss.item():.3f}", "agree": f"{meta['agree_ema']:.3f}"}, refresh=False)
-        bar.update(1)
-        stop = stop_reason(args, meta["step"] - start, time.time() - t0)
-        if meta["step"] % args.ckpt_every == 0 or meta["step"] == preset.steps or stop:
-            save_state(state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + time.time() - t0})
-        if stop:
-            print(f"\ntrain_drafter: {stop} reached at step {meta['step']}; rerun to resume", file=sys.stderr)
-            break
-    bar.close()
-    meta["train_seconds"] += time.time() - t0
-    return meta
+        return loss, f"agree={meta['agree_ema']:.3f}"
+
+    meta = {"step": 0, "size": asdict(preset.size), "seed": args.seed, "n_samples": len(samples), "agree_ema": None,
+            "train_seconds": 0.0}
+    return distill_steps("train_drafter", model, make_optimizer(model, preset.train), meta, preset.steps,
+                         preset.train, state_dir, args, step)
 
 
 def write_bench_files(out: Path, target: Path, heldout: list[str], train_dir: Path, n_calib: int) -> None:

@@ -35,7 +35,7 @@ from eagle3_ttt import ttt_logits, ttt_loss  # noqa: E402
 from pair_presets import TrainHParams, load_hf_model  # noqa: E402
 from train_drafter import PRESETS as DRAFTER_PRESETS  # noqa: E402
 from train_drafter import batch_indices  # noqa: E402
-from train_loop import load_state, lr_at, make_optimizer, save_state  # noqa: E402
+from train_loop import distill_steps, make_optimizer  # noqa: E402
 
 DEFAULT_OUT = Path("~/.cache/yggc/pairs")
 
@@ -132,45 +132,21 @@ def evaluate(head, seqs, unroll: int, draft_ids, t2d, lm_rows, batch: int) -> li
 
 
 def train(head, seqs, preset: Eagle3Preset, tables, state_dir: Path, args) -> dict:
-    import torch
-    from tqdm import tqdm
-
-    trainable = [p for n, p in head.named_parameters() if n != "embed.weight"]
-    for p in trainable:
-        p.requires_grad_(True)
-    opt = make_optimizer(head, preset.train)
-    meta = {"step": 0, "seed": args.seed, "n_seqs": len(seqs), "train_seconds": 0.0, "agree": None}
-    if (state_dir / "state.json").is_file() and not args.no_resume:
-        meta = load_state(state_dir, head, opt)
-        print(f"train_eagle3: resumed at step {meta['step']}", file=sys.stderr)
-    start, t0 = meta["step"], time.time()
-    bar = tqdm(total=preset.steps, initial=start, desc="train eagle3", dynamic_ncols=True,
-               mininterval=1.0 if sys.stderr.isatty() else 30.0)
-    while meta["step"] < preset.steps:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(meta["step"], preset.steps, preset.train)
+    """The training-time test over the feature sequences to preset.steps (resumable); the verifier's embedding
+    stays frozen."""
+    def step(meta: dict):
         idx = batch_indices(len(seqs), args.seed, meta["step"], preset.train.batch_size)
         tokens, feats, target, best, mask = collate([seqs[i] for i in idx], *tables)
         loss, agree = ttt_loss(ttt_logits(head, tokens, feats, preset.unroll), target, best, mask)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, preset.train.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        meta["step"] += 1
-        meta["agree"] = agree if meta["agree"] is None else [0.95 * a + 0.05 * b for a, b in zip(meta["agree"], agree)]
-        bar.set_postfix({"loss": f"{loss.item():.3f}", "agree": "/".join(f"{a:.2f}" for a in meta["agree"])},
-                        refresh=False)
-        bar.update(1)
-        elapsed = time.time() - t0
-        stop = ("--max-minutes" if args.max_minutes and elapsed > args.max_minutes * 60 else
-                "--stop-after" if args.stop_after and meta["step"] - start >= args.stop_after else None)
-        if meta["step"] % args.ckpt_every == 0 or meta["step"] == preset.steps or stop:
-            save_state(state_dir, head, opt, {**meta, "train_seconds": meta["train_seconds"] + elapsed})
-        if stop:
-            print(f"\ntrain_eagle3: {stop} reached at step {meta['step']}; rerun to resume", file=sys.stderr)
-            break
-    bar.close()
-    meta["train_seconds"] += time.time() - t0
+        ema = meta["agree"]
+        meta["agree"] = agree if ema is None else [0.95 * a + 0.05 * b for a, b in zip(ema, agree)]
+        return loss, "agree=" + "/".join(f"{a:.2f}" for a in meta["agree"])
+
+    for n, p in head.named_parameters():
+        p.requires_grad_(n != "embed.weight")
+    meta = {"step": 0, "seed": args.seed, "n_seqs": len(seqs), "train_seconds": 0.0, "agree": None}
+    meta = distill_steps("train_eagle3", head, make_optimizer(head, preset.train), meta, preset.steps,
+                         preset.train, state_dir, args, step)
     head.requires_grad_(False)
     return meta
 

@@ -263,3 +263,42 @@ def train_model(job: Job) -> dict:
             save_state(job.state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + elapsed})
     bar.close()
     return finish(job, model, opt, meta, start, time.time() - t0)
+
+
+def distill_steps(tool: str, model, opt, meta: dict, total: int, hp: TrainHParams, state_dir: Path, args,
+                  step) -> dict:
+    """The resumable loop of train_drafter.py and train_eagle3.py, from meta["step"] (or the state saved
+    in state_dir) to `total`. step(meta) -> (loss, progress text) computes the loss of batch meta["step"]
+    (and may keep running statistics in meta); checkpoints every --ckpt-every steps and when
+    --max-minutes / --stop-after stop the run (rerun to resume)."""
+    import torch
+    from tqdm import tqdm
+
+    if (state_dir / "state.json").is_file() and not args.no_resume:
+        meta = load_state(state_dir, model, opt)
+        print(f"{tool}: resumed at step {meta['step']}", file=sys.stderr)
+    start, t0 = meta["step"], time.time()
+    bar = tqdm(total=total, initial=start, desc=tool.replace("_", " "), dynamic_ncols=True,
+               mininterval=1.0 if sys.stderr.isatty() else 30.0)
+    while meta["step"] < total:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(meta["step"], total, hp)
+        loss, text = step(meta)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), hp.grad_clip)  # frozen weights have no grad
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        meta["step"] += 1
+        bar.set_postfix_str(f"loss={loss.item():.3f}, {text}", refresh=False)
+        bar.update(1)
+        elapsed = time.time() - t0
+        stop = ("--stop-after" if args.stop_after is not None and meta["step"] - start >= args.stop_after else
+                "--max-minutes" if args.max_minutes and elapsed > args.max_minutes * 60 else None)
+        if meta["step"] % args.ckpt_every == 0 or meta["step"] == total or stop:
+            save_state(state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + elapsed})
+        if stop:
+            print(f"\n{tool}: {stop} reached at step {meta['step']}; rerun to resume", file=sys.stderr)
+            break
+    bar.close()
+    meta["train_seconds"] += time.time() - t0
+    return meta
