@@ -93,10 +93,13 @@ def check_eagle3_pair(cfg: Eagle3Config, vcfg: ModelConfig, fingerprint: str | N
 def read_embedding(verifier_dir: Path) -> torch.Tensor:
     """The verifier's token embedding [V, H], read alone from its safetensors."""
     for f in weight_files(verifier_dir):
-        with safe_open(str(f), framework="pt") as st:
-            for key in ("model.embed_tokens.weight", "embed_tokens.weight"):
-                if key in st.keys():
-                    return st.get_tensor(key)
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                for key in ("model.embed_tokens.weight", "embed_tokens.weight"):
+                    if key in st.keys():
+                        return st.get_tensor(key)
+        except Exception as e:  # safetensors' own error types for truncated/corrupt files
+            raise CheckpointError(f"{f} cannot be read as safetensors ({e})") from None
     raise CheckpointError(f"{verifier_dir}: the verifier's embed_tokens.weight is missing")
 
 

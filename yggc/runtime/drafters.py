@@ -78,10 +78,8 @@ def draft_phase(drafter_graph, shape: TreeShape, vocab: int, trash: int) -> torc
 
 def verify_phase(verifier_graph, drafter_graph, shape: TreeShape) -> torch.nn.Module:
     """The fused greedy verify phase; for an EAGLE-3 head it also hands over the path's features."""
-    if not is_head(drafter_graph):
-        return GreedyVerifyPhase(verifier_graph, shape.depth, shape.verify)
-    verifier_graph.feature_layers = drafter_graph.eagle.feature_layers
-    return FeatureVerifyPhase(verifier_graph, shape.depth, shape.verify)
+    kind = FeatureVerifyPhase if is_head(drafter_graph) else GreedyVerifyPhase
+    return kind(verifier_graph, shape.depth, shape.verify)
 
 
 def drafter_record(drafter_graph) -> dict:
