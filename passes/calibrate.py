@@ -11,6 +11,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from ..errors import YggcError
 from ..plan.calibration import TreeSample, acceptance_rates, as_tree_sample
 from ..plan.shape import TreeShape
@@ -64,16 +66,16 @@ def calibration_prompts(texts: list[str], tokenizer, n_prompts: int, prompt_toke
 
 
 def recording_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
-                      ) -> tuple[SpeculativeDecoder, list[tuple[int, Draft]]]:
+                      ) -> tuple[SpeculativeDecoder, list[tuple[int, Draft, torch.Tensor]]]:
     """The pair's greedy tree decoder (of the drafter's kind) and the list it appends (root slot, draft
-    tree) to on every iteration."""
+    tree, root features) to on every iteration."""
     dec = speculative_decoder(verifier, drafter, layout, shape)
-    drafts: list[tuple[int, Draft]] = []
+    drafts: list[tuple[int, Draft, torch.Tensor]] = []
     draft_tree = dec.draft_tree
 
     def recorded(pending: list[int], n: int) -> Draft:
         draft = draft_tree(pending, n)
-        drafts.append((n, draft))
+        drafts.append((n, draft, dec.root_stats.clone()))
         return draft
 
     dec.draft_tree = recorded
@@ -89,10 +91,10 @@ def record_width(verifier, drafter, layout: CacheLayout, prompts: list[list[int]
     for prompt in prompts:
         dec, drafts = recording_decoder(verifier, drafter, layout, shape)
         seq = list(prompt) + [t for chunk in dec.stream(prompt, spec.new_tokens, SamplingParams()) for t in chunk]
-        for n, draft in drafts:
+        for n, draft, features in drafts:
             continuation = seq[n + 1: n + 1 + spec.max_depth]
             if len(continuation) == spec.max_depth:
-                samples.append(as_tree_sample(draft.tree, width, continuation))
+                samples.append(as_tree_sample(draft.tree, width, continuation, features))
     return samples
 
 

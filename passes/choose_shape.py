@@ -31,8 +31,10 @@ def choose_shape(candidates: dict[TreeShape, float], costs: StageCosts) -> tuple
     """-> the best shape and the plan.json record that explains the choice."""
     ranking: list[ShapeScore] = rank_shapes(candidates, costs)
     best = ranking[0]
+    unpruned = next((c for c in ranking if c.shape.verify == c.shape.depth * c.shape.width), best)
     plan = {"depth": best.shape.depth, "width": best.shape.width, "verify": best.shape.verify,
             "source": "calibration", "objective": best.to_dict(),
+            "best_unpruned": unpruned.to_dict(),  # every drafted node verified: the ablation's first step
             "candidates": [c.to_dict() for c in ranking[:PLAN_CANDIDATES]]}
     return best.shape, plan
 

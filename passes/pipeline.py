@@ -1,8 +1,8 @@
 """`yggc compile`: the passes in order, each reported on one progress bar.
 
 load -> check pair -> lower forward buckets -> [with --calib: profile them -> calibrate -> choose the
-tree shape by the objective -> lower the shape's buckets] -> lower the draft/verify phases (O1) ->
-profile -> write bundle (atomic). Later passes (train predictor, plan) slot in before the write.
+tree shape by the objective -> train the depth predictor (O2) -> lower the shape's buckets] -> lower the draft/verify phases (O1) ->
+profile -> price the stage plans (passes/plan.py) -> write bundle (atomic).
 At O2 each model is lowered once, at every width (passes/lower.py), and the phases run eagerly.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from tqdm import tqdm
 
 from ..errors import YggcError
@@ -37,7 +38,9 @@ from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, choose_shape
 from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
-from .profile import HeadSteps, profile_forward, profile_models
+from .plan import plan_record
+from .profile import HeadSteps, host_stage_ms, profile_forward, profile_models
+from .train_predictor import train_policy
 from .write_bundle import BundleWriter
 
 # extra widths lowered and profiled before calibration, so the cost curves have points between 2 and 32
@@ -173,10 +176,19 @@ def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel
                                draft_phase=draft_runner, verify_phase=verify_runner)
 
 
-def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: CompileJob, step
-                     ) -> tuple[TreeShape, dict, dict, dict]:
-    """Profile the forward buckets, decode the calibration text, rank shapes
-    -> (shape, plan, calibration record, the forward profile for reuse)."""
+@dataclass(frozen=True)
+class Calibrated:
+    shape: TreeShape
+    plan: dict
+    record: dict                          # calibration.json
+    forward: dict                         # the forward profile, reused by the final profile
+    candidates: dict[TreeShape, float]    # tokens per iteration of every priced shape
+    samples: list                         # the calibration trees (TreeSample)
+    costs: StageCosts                     # the cost curves the shapes were ranked with
+
+
+def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: CompileJob, step) -> Calibrated:
+    """Profile the forward buckets, decode the calibration text, rank shapes."""
     spec, layout = job.calib, loaded["verifier"].layout
     if loaded["verifier"].tokenizer is None:
         raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
@@ -189,10 +201,29 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded["verifier"].tokenizer,
                                 spec, step)
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
-    shape, plan = choose_shape(candidates, StageCosts.from_profile({"models": forward}))
+    largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
+    host = host_stage_ms(largest, loaded["verifier"].graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
+    costs = StageCosts.from_profile({"models": forward, "host_ms": host})
+    shape, plan = choose_shape(candidates, costs)
     step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
          f"(estimated {plan['objective']['speedup']:.2f}x)")
-    return shape, plan, record, forward
+    return Calibrated(shape, plan, record, forward, candidates, samples, costs)
+
+
+def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, head: bool, step) -> dict:
+    """Train the draft-depth predictor where the runtime can switch shapes per iteration (eager phases
+    around O2 packages, a standalone drafter) -> plan.json's "adaptive" record."""
+    if job.opt != "O2" or head or job.calib.pin_depth is not None:
+        step("depth predictor: not trained (it needs --opt O2, a standalone drafter and a free --depth)")
+        return {"used": False, "reason": "per-iteration shapes need --opt O2, a standalone drafter and a free depth"}
+    policy, record = train_policy(cal.samples, cal.candidates, cal.shape.width, cal.costs.iteration_ms)
+    if policy is not None:
+        save_file(policy.predictor.state_dict(), w.path("predictor.safetensors"))
+        record.update(policy.to_record())
+    held = record.get("held_out_tokens_per_ms", {})
+    step(f"depth predictor: {'used' if policy else 'not used'}"
+         + (f" ({held['adaptive']:.4f} vs {held['best_constant']:.4f} tokens/ms held out)" if held else ""))
+    return record
 
 
 def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
@@ -211,18 +242,21 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     widths = bucket_widths(job.shape, probe=job.calib is not None, head=head)
     n_buckets, o1 = sum(len(w) for w in widths.values()), job.opt == "O1"
     n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
-    # profile each bucket; with calibration: profile once, calibrate per width, choose, the shape's new verify bucket
-    n_steps += 3 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
+    # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new
+    # verify bucket
+    n_steps += 4 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     done = itertools.count(1)
 
     def step(msg: str) -> None:
+        n = next(done)
+        if n > bar.total:  # a pass that reports more than planned (a speculation verdict): grow the bar
+            bar.total = n
         bar.set_postfix_str(msg)
         bar.update(1)
-        n = next(done)
         if bar.disable:  # not a terminal (a log file, CI): one line per step instead of a bar
-            log(f"yggc compile: [{n}/{n_steps}] {msg} ({time.perf_counter() - t_start:.0f} s)")
+            log(f"yggc compile: [{n}/{bar.total}] {msg} ({time.perf_counter() - t_start:.0f} s)")
 
     loaded = load_checked_pair(job)
     step("loaded and checked the pair")
@@ -234,10 +268,12 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width,
                                         features_package(name, job.opt, loaded["drafter"].graph))
                     for name, m in loaded.items()}
-        shape, plan, measured = job.shape, {"source": "compile flags"}, None
+        shape, plan, measured, candidates, adaptive = job.shape, {"source": "compile flags"}, None, None, None
         if job.calib:
-            shape, plan, record, measured = calibrated_shape(loaded, compiled, job, step)
-            w.write_json("calibration.json", record)
+            cal = calibrated_shape(loaded, compiled, job, step)
+            shape, plan, measured, candidates = cal.shape, cal.plan, cal.forward, cal.candidates
+            w.write_json("calibration.json", cal.record)
+            adaptive = depth_predictor(w, cal, job, head, step)
             missing = {name: [x for x in ws if x not in compiled[name].runners]
                        for name, ws in bucket_widths(shape, head=head).items()}
             added = lower_forward_buckets(w, loaded, missing, job, step)
@@ -252,6 +288,9 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         w.write_json("profile.json", profile)
         if job.calib:
             plan = checked_plan(plan, profile, step)
+        plan["schedule"] = plan_record(shape, profile, candidates)
+        if adaptive is not None:
+            plan["adaptive"] = adaptive
         w.write_json("plan.json", {"depth": shape.depth, "width": shape.width, "verify": shape.verify, **plan})
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
                   "buckets": buckets,

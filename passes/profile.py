@@ -11,7 +11,7 @@ from ..plan.cost_model import fit_roofline
 from ..plan.shape import TreeShape
 from ..runtime.cache_layout import CacheLayout, causal_rows
 from ..runtime.device import cuda_properties
-from ..runtime.models import model_device
+from ..runtime.models import device_scope, model_device
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.timing import median_ms, steady_ms
 from ..tree.prune import prune_topk
@@ -79,7 +79,7 @@ class HeadSteps(torch.nn.Module):
 
 def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, float]:
     """One draft phase and one greedy verify phase as the decode loop calls them (host glue included)."""
-    with torch.inference_mode(), torch.device(decoder.device):  # host-built inputs go where the models are
+    with torch.inference_mode(), device_scope(decoder.device):  # host-built inputs go where the models are
         draft = decoder.draft_tree([0], context)
         return {"draft": steady_ms(lambda: decoder.draft_tree([0], context), repeats),
                 "verify": steady_ms(lambda: decoder.verify_greedy(draft, context), repeats)}

@@ -1,5 +1,7 @@
 """--opt O2: one frozen package per model serves every width, each row's logits are bit-identical whatever
 the width and the cache view, and tree decoding through it equals the bundle's own AR decoding exactly."""
+import itertools
+
 import pytest
 import torch
 from checkpoints import write_checkpoint
@@ -94,3 +96,48 @@ def test_tree_decoding_equals_compiled_ar_for_every_shape(o2_bundle):
         ref = rt.generate(prompt, 40, decoder=ar).tokens
         for shape in SHAPES:
             assert rt.generate(prompt, 40, decoder=rt.decoder(shape=shape)).tokens == ref, shape
+
+
+class CyclingPolicy:
+    """A different shape every iteration (stands in for the bundle's depth predictor)."""
+
+    def __init__(self, shapes):
+        self.shapes = itertools.cycle(shapes)
+
+    def choose(self, features):
+        return next(self.shapes)
+
+
+def test_per_iteration_shapes_through_the_packages_equal_compiled_ar(o2_bundle):
+    rt = Runtime.load(o2_bundle)
+    prompt = torch.randint(1, 301, (12,), generator=torch.Generator().manual_seed(5)).tolist()
+    ref = rt.generate(prompt, 40, decoder=rt.decoder(speculative=False)).tokens
+    rt.policy = CyclingPolicy(SHAPES)
+    dec = rt.decoder()
+    assert dec.policy is rt.policy and rt.generate(prompt, 40, decoder=dec).tokens == ref
+    assert len(dec.phases) == len(SHAPES)
+    assert rt.decoder(adaptive=False).policy is None and rt.decoder(shape=SHAPES[1]).policy is None
+
+
+def test_calibrated_o2_bundle_trains_and_loads_its_depth_predictor(pair_dirs, tmp_path):
+    import json
+
+    from yggc.passes.calibrate import CalibrationSpec
+
+    (tmp_path / "calib.txt").write_text(" ".join(str(i % 97) for i in range(3000)))
+    calib = CalibrationSpec((tmp_path / "calib.txt",), n_prompts=4, prompt_tokens=16, new_tokens=40, max_depth=4,
+                            widths=(2,))
+    out = tmp_path / "bundle"
+    compile_bundle(CompileJob(*pair_dirs, out, None, max_seq=128, profile_repeats=2, opt="O2", calib=calib),
+                   log=lambda m: None)
+    adaptive = json.loads((out / "plan.json").read_text())["adaptive"]
+    assert adaptive["width"] == 2 and [s[0] for s in adaptive["shapes"]] == [1, 2, 3, 4]
+    assert adaptive["n_trees"] > 0 and set(adaptive["held_out_tokens_per_ms"]) == {"adaptive", "best_constant"}
+    assert adaptive["used"] == (out / "predictor.safetensors").exists()
+    rt = Runtime.load(out)
+    assert (rt.policy is not None) == adaptive["used"]
+    if rt.policy is not None:
+        assert [[s.depth, s.width, s.verify] for s in rt.policy.shapes] == adaptive["shapes"]
+    prompt = list(range(5, 17))
+    ref = rt.generate(prompt, 30, decoder=rt.decoder(speculative=False)).tokens
+    assert rt.generate(prompt, 30, decoder=rt.decoder(speculative=True)).tokens == ref

@@ -43,6 +43,34 @@ def logit_gap_at(model, layout, seq, pos):
     return float(top[0] - top[1])
 
 
+class CyclingPolicy:
+    """Stands in for a DepthPolicy: a different shape every iteration, whatever the root's features."""
+
+    def __init__(self, shapes):
+        self.shapes, self.seen, self.features = itertools.cycle(shapes), set(), []
+
+    def choose(self, features):
+        self.features.append(features)
+        shape = next(self.shapes)
+        self.seen.add(shape)
+        return shape
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS)[:2])
+def test_per_iteration_shapes_keep_greedy_output(pairs, name):
+    models, layout = pairs
+    verifier, drafter = models[name]
+    shapes = [TreeShape(*s) for s in SHAPES]
+    prompt = torch.randint(1, verifier.cfg.vocab_size, (9,), generator=torch.Generator().manual_seed(3)).tolist()
+    ref = decode(AutoregressiveDecoder(verifier, layout), prompt)
+    policy = CyclingPolicy(shapes)
+    dec = SpeculativeDecoder(verifier, drafter, layout, shapes[0], policy=policy)
+    assert decode(dec, prompt) == ref
+    assert len(policy.seen) == len(shapes)  # every shape drafted at least once, switching every iteration
+    assert all(f.shape == (9,) and torch.isfinite(f).all() for f in policy.features)
+    assert len(decode(dec, prompt, params=SamplingParams(temperature=1.0, seed=0))) == N_NEW  # no policy at T > 0
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_greedy_equals_autoregressive(pairs, name):
     models, layout = pairs

@@ -40,6 +40,19 @@ def print_profile(profile: dict) -> None:
         print(f"  host {stage}: {ms:.4f} ms")
 
 
+def print_adaptive(record: dict) -> None:
+    """The depth predictor's candidate shapes and whether it beat the best constant shape."""
+    if "shapes" in record:
+        shapes = ", ".join(f"D={d} W={w} V={v}" for d, w, v in record["shapes"])
+        print(f"  depth predictor: {'used' if record['used'] else 'not used'}, one shape per depth: {shapes}")
+    held = record.get("held_out_tokens_per_ms")
+    if held:
+        print(f"    held-out trees: {held['adaptive']:.4f} tokens/ms choosing per iteration, "
+              f"{held['best_constant']:.4f} with the best constant shape")
+    if not record["used"]:
+        print(f"    {record.get('reason', '')}")
+
+
 def print_plan(plan: dict) -> None:
     print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')} "
           f"({plan.get('source', 'unknown source')})")
@@ -50,11 +63,35 @@ def print_plan(plan: dict) -> None:
         for c in plan.get("candidates", [])[1:5]:
             print(f"    next: D={c['depth']} W={c['width']} V={c['verify']}: {c['tokens_per_iter']:.2f} tokens/iteration, "
                   f"estimated {c['speedup']:.2f}x")
+    adaptive = plan.get("adaptive")
+    if adaptive:
+        print_adaptive(adaptive)
     measured = plan.get("measured")
     if measured:
         verdict = "speculation on" if plan.get("speculate", True) else "speculation OFF: plain decoding is faster"
         print(f"  measured: {measured['iteration_ms']:.3f} ms/iteration against a {measured['verifier_step_ms']:.3f} ms "
               f"verifier step = {measured['speedup']:.2f}x ({verdict})")
+
+
+def plan_label(p: dict) -> str:
+    text = f"{p['variant']} on {p['assignment']} cores, D={p['depth']} W={p['width']} V={p['verify']}: "
+    text += f"{p['iteration_ms']:.3f} ms/iteration"
+    if "ms_per_token" in p:
+        text += f", {p['ms_per_token']:.3f} ms/token"
+    return text + ("" if p["executable"] else " (estimate only: the runtime does not run this plan yet)")
+
+
+def print_schedule(schedule: dict, measured: dict | None) -> None:
+    """The stage plan: what runs, its list-scheduled timeline, and the best estimate over all plans."""
+    print(f"  stage plan: {plan_label(schedule)}")
+    if measured:
+        ratio = schedule["iteration_ms"] / measured["iteration_ms"]
+        print(f"    estimate / measured draft+verify phases = {ratio:.2f}")
+    for s in schedule["timeline"]:
+        print(f"    {s['start_ms']:8.3f} -> {s['end_ms']:8.3f} ms  {s['resource']:<7} {s['stage']}")
+    best = schedule["best_estimated"]
+    if plan_label(best) != plan_label(schedule):
+        print(f"  best estimated plan: {plan_label(best)}")
 
 
 def inspect_command(args: argparse.Namespace) -> int:
@@ -72,6 +109,14 @@ def inspect_command(args: argparse.Namespace) -> int:
     if drafter["kind"] == "eagle3":
         print(f"  drafter: EAGLE-3 head over the verifier's layers {drafter['feature_layers']}")
     print_plan(plan)
+    if "schedule" in plan:
+        print_schedule(plan["schedule"], plan.get("measured"))
+        if args.plot:
+            from .profile_plot import plot_timeline
+
+            print(f"wrote {plot_timeline(plan['schedule'], Path(args.plot))}", file=sys.stderr)
+    elif args.plot:
+        raise YggcError(f"{root} has no stage plan to plot; re-compile it with this yggc")
     print("  buckets:")
     bucket_ms = {name: m.get("bucket_ms", {}) for name, m in profile.get("models", {}).items()}
     phase_ms = profile.get("phase_ms", {})

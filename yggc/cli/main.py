@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_decode_args(run)
     add_tree_args(run)
     run.add_argument("--no-spec", action="store_true", help="with BUNDLE: decode autoregressively (baseline)")
+    run.add_argument("--static", action="store_true",
+                     help="with BUNDLE: draft the plan's one tree shape every iteration (no depth predictor)")
+    run.add_argument("--trace", metavar="OUT.json",
+                     help="write a Chrome trace (chrome://tracing, ui.perfetto.dev) of every iteration, phase and "
+                          "compiled model call, beside the bundle's estimated stage plan; print the medians")
 
     comp = sub.add_parser(
         "compile", help="compile a drafter/verifier pair into a graph bundle",
@@ -131,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     insp = sub.add_parser("inspect", help="show a bundle's manifest, buckets and profile")
     insp.add_argument("bundle", help="a bundle written by `yggc compile`")
     insp.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
+    insp.add_argument("--plot", metavar="OUT.png",
+                      help="also draw the stage plan's timeline (a Gantt chart of one steady-state iteration)")
     prof = sub.add_parser("profile", help="show a bundle's measured stage latencies and cost curves")
     prof.add_argument("bundle", help="a bundle written by `yggc compile`")
     prof.add_argument("--plot", metavar="OUT.png", help="also draw the measured points and fitted curves")

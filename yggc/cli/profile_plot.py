@@ -1,4 +1,5 @@
-"""`yggc profile BUNDLE --plot`: measured bucket latencies and the fitted roofline curve per model."""
+"""Plots: `yggc profile BUNDLE --plot` (measured bucket latencies and the fitted roofline curve per model)
+and `yggc inspect BUNDLE --plot` (the stage plan's timeline as a Gantt chart)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +8,7 @@ from ..errors import YggcError
 from ..plan.cost_model import CostCurve
 
 
-def plot_profile(profile: dict, out: Path) -> Path:
+def pyplot():
     try:
         import matplotlib
 
@@ -15,6 +16,33 @@ def plot_profile(profile: dict, out: Path) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise YggcError("--plot needs matplotlib; pip install 'yggc[plot]' (or matplotlib)") from None
+    return plt
+
+
+def plot_timeline(schedule: dict, out: Path) -> Path:
+    """One bar per stage on its resource's row, coloured by stage kind."""
+    plt = pyplot()
+    slots = schedule["timeline"]
+    resources = sorted({s["resource"] for s in slots})
+    kinds = sorted({s["stage"].rstrip("0123456789") for s in slots})
+    colors = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(kinds)}
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(resources)))
+    for s in slots:
+        row, kind = resources.index(s["resource"]), s["stage"].rstrip("0123456789")
+        ax.barh(row, s["end_ms"] - s["start_ms"], left=s["start_ms"], color=colors[kind], edgecolor="black")
+        ax.text((s["start_ms"] + s["end_ms"]) / 2, row, s["stage"], ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(resources)), resources)
+    ax.set_xlabel("ms from the iteration's first stage")
+    ax.set_title(f"yggc stage plan: {schedule['variant']} on {schedule['assignment']} cores, "
+                 f"{schedule['iteration_ms']:.2f} ms/iteration (list-scheduled estimate)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def plot_profile(profile: dict, out: Path) -> Path:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, entry in profile["models"].items():
         points = sorted((int(w), ms) for w, ms in entry["bucket_ms"].items())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from ..errors import YggcError
 from ..plan.shape import TreeShape
@@ -59,7 +60,7 @@ def bundle_decoder(args: argparse.Namespace):
         print("yggc: the bundle's plan decodes without speculation (its calibrated tree was slower than the "
               "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)
     return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule,
-                                     args.tree_rule)
+                                     args.tree_rule, adaptive=not args.static)
 
 
 def prompt_ids_of(args: argparse.Namespace, verifier: models.LoadedModel) -> list[int]:
@@ -87,10 +88,38 @@ def set_threads(threads: int | None, prog: str = "yggc") -> None:
         print(f"{prog}: warning: {warning} (try --threads 1)", file=sys.stderr)
 
 
+def planned_timeline(args: argparse.Namespace) -> tuple[list[dict] | None, float | None]:
+    """The bundle's estimated stage plan (timeline, ms per iteration), if it has one."""
+    plan = json.loads((Path(args.bundle) / "plan.json").read_text()) if args.bundle else {}
+    schedule = plan.get("schedule")
+    return (schedule["timeline"], schedule["iteration_ms"]) if schedule else (None, None)
+
+
+def write_trace(args: argparse.Namespace, trace) -> str:
+    """Write --trace's file (atomically) -> the line summarising it."""
+    timeline, estimate = planned_timeline(args)
+    out = Path(args.trace)
+    tmp = out.with_name(f".{out.name}.partial")
+    tmp.write_text(json.dumps(trace.chrome_trace(timeline)))
+    tmp.replace(out)
+    s = trace.summary()
+    if not s:
+        return f"wrote {out} (no speculative iteration ran)"
+    line = (f"wrote {out}: median iteration {s['iteration_ms']:.3f} ms (draft {s['draft_ms']:.3f}, "
+            f"verify {s['verify_ms']:.3f}, model calls {s['model_ms']:.3f}, host bubble {s['host_bubble_ms']:.3f})")
+    return line + (f"; the plan estimated {estimate:.3f} ms" if estimate else "")
+
+
 def run_command(args: argparse.Namespace) -> int:
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed, args.min_p)
     set_threads(args.threads)
     verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
+    if args.trace and not Path(args.trace).parent.is_dir():
+        raise YggcError(f"--trace {args.trace}: the folder {Path(args.trace).parent} does not exist")
+    if args.trace and not hasattr(decoder, "enable_trace"):
+        raise YggcError("--trace times speculative iterations, and this run decodes autoregressively "
+                        "(--no-spec, no drafter, or the bundle's plan); force a tree with --depth/--width")
+    trace = decoder.enable_trace() if args.trace else None
     prompt_ids = prompt_ids_of(args, verifier)
     text = StreamDecoder(verifier.tokenizer)
     steps = decoder.stream(prompt_ids, args.n_predict, params, verifier.eos_ids)
@@ -106,10 +135,13 @@ def run_command(args: argparse.Namespace) -> int:
             print(flush=True)
         raise
     stats = decoder.stats
+    traced = write_trace(args, trace) if trace else None
     if args.json:
-        print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary()}))
+        extra = {"trace": trace.summary()} if trace else {}
+        print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary(),
+                          **extra}))
     else:
         print()
-        for line in stats.log_lines():
+        for line in stats.log_lines() + ([traced] if traced else []):
             print(f"yggc: {line}", file=sys.stderr)
     return 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from ..tree.prune import rank_nodes
 from ..tree.token_tree import TokenTree
 from .shape import TreeShape
@@ -22,6 +24,7 @@ class TreeSample:
     tree: TokenTree           # a depth-D_max EGT of width W as drafted (node ids in growth order)
     width: int
     continuation: list[int]   # the verifier's next D_max tokens after the tree's root
+    features: torch.Tensor | None = None  # [F] the root's features for the depth predictor
 
 
 def truncate(tree: TokenTree, n_nodes: int) -> TokenTree:
@@ -81,8 +84,9 @@ def acceptance_rates(samples: list[TreeSample]) -> list[float]:
     return [a / r if r else 0.0 for a, r in zip(accepted, reached)]
 
 
-def as_tree_sample(tree: TokenTree, width: int, continuation: list[int]) -> TreeSample:
+def as_tree_sample(tree: TokenTree, width: int, continuation: list[int],
+                   features: torch.Tensor | None = None) -> TreeSample:
     """A host copy of a drafted tree (the decoder reuses its device tensors)."""
     copy = TokenTree(tree.tokens.cpu().clone(), tree.parents.cpu().clone(), tree.depth.cpu().clone(),
                      tree.cum_logp.cpu().clone(), tree.n_nodes)
-    return TreeSample(copy, width, continuation)
+    return TreeSample(copy, width, continuation, None if features is None else features.cpu().float().clone())

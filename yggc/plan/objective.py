@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from .cost_model import CostCurve
 from .shape import HEAD_WIDTH, TreeShape
 
+HOST_STAGES = ("prune", "accept_greedy", "compact_kv")  # profile.json host_ms entries a greedy iteration pays
+
 
 @dataclass(frozen=True)
 class StageCosts:
@@ -21,8 +23,11 @@ class StageCosts:
 
     @classmethod
     def from_profile(cls, profile: dict) -> StageCosts:
+        """The fitted curves, and the greedy iteration's host stages when the profile has them (the
+        same stages the sequential stage plan prices, yggc/plan/stages.py)."""
         curves = {name: CostCurve(**m["cost_curve"]) for name, m in profile["models"].items()}
-        return cls(curves["verifier"], curves["drafter"])
+        host = profile.get("host_ms", {})
+        return cls(curves["verifier"], curves["drafter"], sum(host.get(k, 0.0) for k in HOST_STAGES))
 
     def iteration_ms(self, shape: TreeShape) -> float:
         draft = self.drafter(HEAD_WIDTH) + (shape.depth - 1) * self.drafter(shape.width)

@@ -9,7 +9,7 @@ import torch
 from ..errors import YggcError
 from ..tree.sampling import SamplingParams, next_token
 from .cache_layout import CacheLayout, causal_rows, prefill
-from .models import model_device
+from .models import device_scope, model_device
 from .stats import DecodeStats
 
 PREFILL_CHUNK = 32
@@ -59,7 +59,7 @@ class AutoregressiveDecoder:
 
     def step(self, token: int, n: int) -> torch.Tensor:
         """Feed `token` at slot n -> logits [V] of the next token."""
-        with torch.device(self.device):
+        with device_scope(self.device):
             slot = torch.tensor([n])
             return self.model(torch.tensor([token]), slot, slot, causal_rows(slot, self.layout.view(n + 1)))[0]
 
@@ -71,7 +71,7 @@ class AutoregressiveDecoder:
         stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator(self.device)
         st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
         t0 = time.perf_counter()
-        with torch.device(self.device):
+        with device_scope(self.device):
             logits = prefill(self.model, prompt_ids, 0, self.layout, PREFILL_CHUNK)
         n = len(prompt_ids)
         while max_new_tokens > 0:

@@ -16,6 +16,7 @@ from ..errors import YggcError
 from ..graphs.llama import FeatureForward
 from .cache_layout import VIEW_ALIGN
 from .cuda_graphs import CudaGraphRunner
+from .trace import NoTrace
 
 
 def bucket_name(model: str, width: int) -> str:
@@ -92,6 +93,7 @@ class CompiledModel:
         self.packages: dict[Path, object] = {}  # loaded once, whatever number of widths they serve
         self.package_width = package_width  # O2: the one package also takes any other width up to this
         self.any_width = None  # O2: that package
+        self.trace, self.trace_label = NoTrace(), "model"  # `yggc run --trace` times every call
         self.add_buckets(packages)
 
     def add_buckets(self, packages: dict[int, Path]) -> None:
@@ -123,16 +125,18 @@ class CompiledModel:
     def __call__(self, input_ids, *args) -> torch.Tensor:
         """The graph's forward (input_ids [W] first) through the bucket of width W, else eagerly."""
         run = self.checked_runner(input_ids.shape[0])
-        if run is None:
-            return self.graph(input_ids, *args)
-        return run(input_ids, *args)[0] if self.features else run(input_ids, *args)
+        with self.trace.span(f"{self.trace_label} W={input_ids.shape[0]}", "models"):
+            if run is None:
+                return self.graph(input_ids, *args)
+            return run(input_ids, *args)[0] if self.features else run(input_ids, *args)
 
     def forward_features(self, input_ids, *args) -> tuple[torch.Tensor, torch.Tensor]:
         """The graph's forward_features: through a features package, else eagerly."""
         run = self.checked_runner(input_ids.shape[0]) if self.features else None
-        if run is None:
-            return self.graph.forward_features(input_ids, *args)
-        return tuple(run(input_ids, *args))
+        with self.trace.span(f"{self.trace_label} W={input_ids.shape[0]}", "models"):
+            if run is None:
+                return self.graph.forward_features(input_ids, *args)
+            return tuple(run(input_ids, *args))
 
     def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         self.graph.move_kv(src_slots, dst_slots)

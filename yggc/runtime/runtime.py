@@ -16,8 +16,12 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
 from ..bundle import Manifest, validate_bundle
 from ..errors import YggcError
+from ..plan.depth_predictor import DepthPolicy
 from ..plan.shape import TreeShape
 from ..tree.sampling import SamplingParams
 from . import drafters, models
@@ -47,6 +51,17 @@ class Generation:
     stats: DecodeStats
 
 
+def load_policy(path: Path, plan: dict) -> DepthPolicy | None:
+    """The depth predictor plan.json says the bundle uses (weights: predictor.safetensors), else None."""
+    record = plan.get("adaptive", {})
+    if not record.get("used"):
+        return None
+    try:
+        return DepthPolicy.from_record(record, load_file(path / "predictor.safetensors"))
+    except (OSError, KeyError, RuntimeError, SafetensorError) as e:
+        raise YggcError(f"{path}: its depth predictor does not load ({e}); re-run `yggc compile`") from None
+
+
 class Runtime:
     def __init__(self, path: Path, manifest: Manifest, verifier: models.LoadedModel, drafter: models.LoadedModel,
                  compiled: dict[str, CompiledModel], shape: TreeShape, speculate: bool = True):
@@ -58,6 +73,7 @@ class Runtime:
         self.requests = RequestLock()  # one KV cache: one request at a time
         self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
         self.verify_runners: dict[tuple[int, int, int], object] = {}  # (D, W, V) -> compiled greedy verify phase
+        self.policy: DepthPolicy | None = None  # the bundle's depth predictor, if it trained one that pays
 
     @classmethod
     def load(cls, path: str | Path) -> Runtime:
@@ -88,6 +104,7 @@ class Runtime:
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))
+        rt.policy = load_policy(path, plan)
         v, d = loaded["verifier"].graph, loaded["drafter"].graph
         for b in manifest.buckets:
             shape = TreeShape(b.get("depth", 1), b.get("width", 1), b.get("verify", 1))
@@ -100,18 +117,21 @@ class Runtime:
         return rt
 
     def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block",
-                tree_rule: str = "rrs"):
+                tree_rule: str = "rrs", adaptive: bool = True):
         """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict. At T > 0,
-        chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs" or "point-mass")."""
+        chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs" or "point-mass").
+        Greedy decoding picks each iteration's shape with the bundle's depth predictor unless a shape is
+        given or adaptive=False."""
         layout = self.verifier.layout
         if speculative is None:
             speculative = self.speculate or shape is not None
         if not speculative:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
+        policy = self.policy if adaptive and shape is None else None
         shape = shape or self.shape
         return drafters.speculative_decoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape,
                                             chain_rule, tree_rule, self.draft_runners.get((shape.depth, shape.width)),
-                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)))
+                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
 
     def encode(self, prompt: str | list[int] | None = None, messages: list[dict[str, str]] | None = None) -> list[int]:
         """Token ids of a text prompt, of token ids as given, or of chat `messages` through the chat template."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import YggcError
+from ..plan.depth_predictor import N_FEATURES, root_features
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
 from ..tree.egt import egt_frontier, egt_init, egt_tree
@@ -27,8 +29,9 @@ from ..tree.verification import verify_tree_sampling
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
 from .cache_layout import CacheLayout, prefill
 from .draft_phase import DraftPhase, align_vocab
-from .models import model_device
+from .models import device_scope, model_device
 from .stats import DecodeStats
+from .trace import NoTrace, StageTrace
 from .verify_phase import GreedyVerifyPhase
 
 
@@ -43,20 +46,44 @@ class Draft:
 
 class SpeculativeDecoder:
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
-                 draft_phase=None, verify_phase=None, tree_rule: str = "rrs"):
-        self.verifier, self.drafter, self.layout, self.shape = verifier, drafter, layout, shape
+                 draft_phase=None, verify_phase=None, tree_rule: str = "rrs", policy=None):
+        self.verifier, self.drafter, self.layout = verifier, drafter, layout
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
-        self.draft_phase = self.make_draft_phase()
+        self.phases: dict[TreeShape, tuple] = {}  # shape -> (draft module, draft runner, verify runner)
         # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
-        self.run_draft = draft_phase or self.draft_phase
-        self.run_verify = verify_phase or self.make_verify_phase()
-        self.no_moves = torch.full((2, shape.depth), layout.trash, dtype=torch.long, device=self.device)
+        self.compiled_phases = draft_phase is not None or verify_phase is not None
+        self.set_shape(shape, draft_phase, verify_phase)
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
+        # greedy decoding picks each iteration's shape from the root's features (yggc/plan/depth_predictor.py)
+        self.policy = policy
+        self.root_stats = torch.zeros(N_FEATURES)  # [F] features of the current root (prefill or last verify)
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
         self.tree_rule = tree_rule  # T > 0, W > 1: "rrs" (sampled tree) or "point-mass" (greedy-grown tree)
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.stats = DecodeStats()
+        self.trace = NoTrace()
+
+    def enable_trace(self) -> StageTrace:
+        """Time every iteration, phase and compiled model call from now on (`yggc run --trace`)."""
+        self.trace = StageTrace()
+        for label, model in (("verifier", self.verifier), ("drafter", self.drafter)):
+            if hasattr(model, "trace_label"):  # a bundle's CompiledModel
+                model.trace, model.trace_label = self.trace, label
+        return self.trace
+
+    def set_shape(self, shape: TreeShape, draft_phase=None, verify_phase=None) -> None:
+        """Draft and verify with `shape` from the next iteration on (its eager phases are built once)."""
+        if shape not in self.phases:
+            if self.phases and self.compiled_phases:
+                raise YggcError(f"this decoder runs compiled phases for one shape only, not {shape}; "
+                                "per-iteration shapes need the O2 bundle's eager phases")
+            self.shape = shape  # the phase makers read it
+            module = self.make_draft_phase()
+            self.phases[shape] = (module, draft_phase or module, verify_phase or self.make_verify_phase())
+        self.shape = shape
+        self.draft_phase, self.run_draft, self.run_verify = self.phases[shape]
+        self.no_moves = torch.full((2, shape.depth), self.layout.trash, dtype=torch.long, device=self.device)
 
     # -- what a drafter kind overrides (yggc.runtime.eagle3_decoder is the other kind) ------------------
     def make_draft_phase(self) -> torch.nn.Module:
@@ -158,8 +185,8 @@ class SpeculativeDecoder:
         """One call: prune, verify, accept, compact the verifier's KV -> (emitted tokens, last accepted
         tree id, deepest verified depth); also leaves the drafter's K/V moves for its next call."""
         t = draft.tree
-        emit, info, *handoff = self.run_verify(t.tokens, t.parents, t.depth, t.cum_logp, draft.anc,
-                                               torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
+        emit, info, self.root_stats, *handoff = self.run_verify(
+            t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
         k, last_id, max_depth = info.tolist()
         self.take_verify_outputs(handoff, torch.arange(k + 1))
         return emit[: k + 1].tolist(), last_id, max_depth
@@ -196,8 +223,9 @@ class SpeculativeDecoder:
         stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator(self.device)
         st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
         t0 = time.perf_counter()
-        with torch.device(self.device):
+        with device_scope(self.device):
             logits = self.prefill_models(prompt_ids)
+        self.root_stats = root_features(logits)
         new = [next_token(logits, params, gen)]
         n, pending = len(prompt_ids), list(new)
         while new:
@@ -208,7 +236,7 @@ class SpeculativeDecoder:
             yield kept_tokens
             if st.stop_reason:
                 break
-            with torch.device(self.device):  # host-built index tensors go where the models are
+            with device_scope(self.device):  # host-built index tensors go where the models are
                 new, n, pending = self.iterate(n, pending, params, gen, stop)
         st.decode_s = time.perf_counter() - t0 if st.n_generated > 1 else 0.0
         st.stop_reason = st.stop_reason or "max tokens"
@@ -216,14 +244,19 @@ class SpeculativeDecoder:
     def iterate(self, n: int, pending: list[int], params: SamplingParams, gen: torch.Generator,
                 stop: StopPolicy) -> tuple[list[int], int, list[int]]:
         """One draft-verify-accept round from root pending[-1] at slot n -> (new tokens, n, pending)."""
+        if self.policy is not None and params.greedy:
+            shape = self.policy.choose(self.root_stats)
+            if shape != self.shape:
+                self.set_shape(shape)
         if stop.kv_full(n, self.shape.n_nodes):
             return self.fallback_step(pending[-1], n, params, gen, stop)
-        if params.greedy:
-            draft = self.draft_tree(pending, n)
-            new, last_id, max_depth = self.verify_greedy(draft, n)
-        else:
-            draft = self.draft_sampled(pending, n, params, gen)
-            new, last_id, max_depth = self.verify_sampled(draft, n, params, gen)
+        compiled = self.compiled_phases and params.greedy  # each phase is one compiled call
+        with self.trace.span("iteration", "decode"):
+            with self.trace.span("draft", "models" if compiled else "phases"):
+                draft = self.draft_tree(pending, n) if params.greedy else self.draft_sampled(pending, n, params, gen)
+            with self.trace.span("verify", "models" if compiled else "phases"):
+                new, last_id, max_depth = (self.verify_greedy(draft, n) if params.greedy
+                                           else self.verify_sampled(draft, n, params, gen))
         k = len(new) - 1
         self.record(max_depth, self.shape.verify, k)
         return new, n + 1 + k, self.next_pending(new, last_id, draft)

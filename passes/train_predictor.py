@@ -1,0 +1,86 @@
+"""Train-predictor pass: the draft-depth predictor from the calibration pass's recorded trees.
+
+Candidate shapes share the width of the best static shape (every calibration tree of that width then
+prices every candidate exactly, yggc/plan/calibration.py), one per depth, with the verify budget the
+objective ranks first at that depth. Each tree's root features and the tokens each candidate would
+have yielded on it are the training pairs; a held-out fifth checks that choosing per iteration beats
+the best constant shape before the bundle uses the predictor.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..plan.calibration import TreeSample, accepted_by_budget, truncate
+from ..plan.depth_predictor import DepthPolicy, DepthPredictor, shape_per_depth
+from ..plan.shape import TreeShape
+
+HOLDOUT = 5  # every 5th tree is held out
+
+
+@dataclass(frozen=True)
+class PredictorData:
+    features: torch.Tensor  # [M, F] root features of each tree
+    tokens: torch.Tensor    # [M, S] tokens the tree yields under each candidate shape (accepted + bonus)
+
+
+def tokens_under(sample: TreeSample, shape: TreeShape) -> int:
+    return accepted_by_budget(truncate(sample.tree, 1 + shape.depth * shape.width), sample.continuation)[shape.verify] + 1
+
+
+def predictor_data(samples: list[TreeSample], shapes: tuple[TreeShape, ...]) -> PredictorData:
+    rows = [s for s in samples if s.width == shapes[0].width and s.features is not None]
+    return PredictorData(torch.stack([s.features for s in rows]).float(),
+                         torch.tensor([[tokens_under(s, shape) for shape in shapes] for s in rows], dtype=torch.float32))
+
+
+def fit_predictor(data: PredictorData, steps: int = 300, seed: int = 0) -> DepthPredictor:
+    """Full-batch Adam on the squared error of the predicted tokens (deterministic for a seed)."""
+    torch.manual_seed(seed)
+    model = DepthPredictor(data.tokens.shape[1], data.features.shape[1])
+    model.mean.copy_(data.features.mean(0))
+    model.std.copy_(data.features.std(0).clamp(min=1e-3) if data.features.shape[0] > 1 else torch.ones(1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = ((model(data.features) - data.tokens) ** 2).mean()
+        loss.backward()
+        opt.step()
+    return model.eval()
+
+
+def tokens_per_ms(choice: torch.Tensor, data: PredictorData, iteration_ms: tuple[float, ...]) -> float:
+    """Realized tokens per estimated millisecond when tree i is drafted with shape choice[i]."""
+    tokens = data.tokens.gather(1, choice[:, None]).sum()
+    return float(tokens / torch.tensor(iteration_ms)[choice].sum())
+
+
+def split(data: PredictorData, held_out: bool) -> PredictorData:
+    keep = (torch.arange(data.features.shape[0]) % HOLDOUT == 0) == held_out
+    return PredictorData(data.features[keep], data.tokens[keep])
+
+
+def train_policy(samples: list[TreeSample], tokens_per_iter: dict[TreeShape, float], width: int,
+                 iteration_ms: Callable[[TreeShape], float]) -> tuple[DepthPolicy | None, dict]:
+    """-> the policy (None when it does not beat the best constant shape on held-out trees, or there is
+    nothing to choose between) and the record explaining it."""
+    at_width = {s: t for s, t in tokens_per_iter.items() if s.width == width}
+    shapes = tuple(shape_per_depth(at_width, iteration_ms).values())
+    ms = tuple(iteration_ms(s) for s in shapes)
+    data = predictor_data(samples, shapes)
+    record = {"width": width, "shapes": [[s.depth, s.width, s.verify] for s in shapes], "n_trees": len(data.tokens)}
+    if len(shapes) < 2 or len(data.tokens) < 2 * HOLDOUT:
+        return None, {**record, "used": False, "reason": "fewer than two depths or too few calibration trees"}
+    train, test = split(data, held_out=False), split(data, held_out=True)
+    policy = DepthPolicy(fit_predictor(train), shapes, ms)
+    constant = int(torch.argmax(train.tokens.sum(0) / torch.tensor(ms)))  # the best static shape on train
+    adaptive = tokens_per_ms(policy.choose_index(test.features), test, ms)
+    static = tokens_per_ms(torch.full((len(test.tokens),), constant), test, ms)
+    used = adaptive > static
+    record.update(used=used, held_out_tokens_per_ms={"adaptive": round(adaptive, 5), "best_constant": round(static, 5)},
+                  best_constant=[shapes[constant].depth, width, shapes[constant].verify])
+    if not used:
+        record["reason"] = "choosing the depth per iteration did not beat the best constant shape on held-out trees"
+    return (policy if used else None), record

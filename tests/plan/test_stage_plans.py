@@ -1,0 +1,115 @@
+"""Stage DAGs, list scheduling and the plan search on hand-made profiles (no models)."""
+import itertools
+import random
+
+import networkx as nx
+import pytest
+from yggc.passes.plan import EXECUTABLE, best_executable, plan_record, search_plans
+
+from yggc.plan.schedule import list_schedule
+from yggc.plan.shape import TreeShape
+from yggc.plan.stages import SHARED, VARIANTS, StageProfile, iteration_dag, iteration_stages, split_assignment
+
+HOST = {"prune": 0.1, "accept_greedy": 0.2, "compact_kv": 0.3}
+PROFILE = {"models": {"verifier": {"cost_curve": {"t0_ms": 10.0, "knee": 8.0, "slope_ms": 1.0}},
+                      "drafter": {"cost_curve": {"t0_ms": 2.0, "knee": 4.0, "slope_ms": 0.5}}},
+           "host_ms": HOST}
+STAGES = StageProfile.from_profile(PROFILE)
+SPLIT = split_assignment(1.0, 1.0)
+
+
+def iteration_ms(variant, shape, assignment=SHARED):
+    return list_schedule(iteration_dag(variant, shape, STAGES, assignment)).iteration_ms
+
+
+@pytest.mark.parametrize("shape", [TreeShape(1, 1, 1), TreeShape(2, 2, 3), TreeShape(4, 3, 10)])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_resource_serializes_every_stage(variant, shape):
+    total = sum(s.cost_ms for s in iteration_stages(variant, shape, STAGES))
+    assert iteration_ms(variant, shape) == pytest.approx(total)
+
+
+def test_sequential_prices_the_objective_plus_host_stages():
+    shape = TreeShape(3, 2, 5)  # head at width 2, two steps at width 2, verify 6 rows
+    assert iteration_ms("sequential", shape) == pytest.approx(2 + 2 * 2 + 10 + sum(HOST.values()))
+
+
+def test_hand_computed_overlaps_on_two_core_groups():
+    shape = TreeShape(2, 2, 3)
+    sequential = 2 + 2 + 0.1 + 10 + 0.2 + 0.3  # head, step, prune, verify(4), accept, compact
+    assert iteration_ms("sequential", shape, SPLIT) == pytest.approx(sequential)
+    # the tail runs during verification; the next head feeds only the root, which costs the same here
+    assert iteration_ms("aot_tail", shape, SPLIT) == pytest.approx(sequential)
+    # no head step: the bonus rows (width 4, 2 ms) run while accept and compact (0.5 ms) do
+    assert iteration_ms("aot_head", shape, SPLIT) == pytest.approx(2 + 0.1 + 10 + 2)
+
+
+def test_slower_core_groups_are_priced_by_their_factors():
+    shape = TreeShape(2, 2, 3)
+    slow = split_assignment(2.0, 1.5)
+    assert iteration_ms("sequential", shape, slow) == pytest.approx(1.5 * 4 + 2.0 * 10.6)
+
+
+def random_dag(seed: int) -> nx.DiGraph:
+    rng = random.Random(seed)
+    dag = nx.DiGraph()
+    for v in range(12):
+        dag.add_node((v // 4, f"s{v}"), resource=rng.choice("ab"), cost_ms=rng.uniform(0.1, 3))
+    nodes = list(dag)
+    for a, b in itertools.combinations(range(12), 2):
+        if rng.random() < 0.25:
+            dag.add_edge(nodes[a], nodes[b])
+    return dag
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_list_schedule_keeps_dependencies_and_one_stage_per_resource(seed):
+    dag = random_dag(seed)
+    sched = list_schedule(dag)
+    at = {(s.iteration, s.stage): s for s in sched.slots}
+    assert set(at) == set(dag)
+    for a, b in dag.edges:
+        assert at[b].start_ms >= at[a].end_ms - 1e-9
+    for r in "ab":
+        runs = sorted((s.start_ms, s.end_ms) for s in sched.slots if s.resource == r)
+        assert all(e0 <= s1 + 1e-9 for (_, e0), (s1, _) in zip(runs, runs[1:]))
+    # never worse than running everything in one line, never better than the longest path
+    assert sched.makespan_ms <= sum(dag.nodes[v]["cost_ms"] for v in dag) + 1e-9
+    longest = nx.dag_longest_path_length(nx.DiGraph([(a, b, {"w": dag.nodes[b]["cost_ms"]}) for a, b in dag.edges]),
+                                         weight="w") if dag.number_of_edges() else 0.0
+    assert sched.makespan_ms >= longest - 1e-9
+
+
+def test_search_finds_the_brute_force_best():
+    candidates = {TreeShape(1, 1, 1): 1.6, TreeShape(2, 2, 3): 2.1, TreeShape(4, 2, 8): 2.9, TreeShape(6, 4, 20): 3.2}
+    profile = {**PROFILE, "core_groups": {"verifier_factor": 1.1, "drafter_factor": 1.2}}
+    plans = search_plans(candidates, profile)
+    assert len(plans) == len(candidates) * len(VARIANTS) * 2
+    brute = min(
+        (iteration_ms(v, s, a) / t, v, a.name, s)
+        for s, t in candidates.items() for v in VARIANTS for a in (SHARED, split_assignment(1.1, 1.2)))
+    assert (plans[0].ms_per_token, plans[0].variant, plans[0].assignment, plans[0].shape) == pytest.approx(brute)
+    exe = best_executable(plans)
+    assert (exe.variant, exe.assignment) in EXECUTABLE
+    assert exe.ms_per_token == pytest.approx(min(iteration_ms("sequential", s) / t for s, t in candidates.items()))
+
+
+def test_plan_record_reports_the_executed_plan_and_what_overlap_would_buy():
+    shape = TreeShape(2, 2, 3)
+    profile = {**PROFILE, "core_groups": {"verifier_factor": 1.0, "drafter_factor": 1.0}}
+    rec = plan_record(shape, profile)
+    assert (rec["variant"], rec["assignment"], rec["executable"]) == ("sequential", "shared", True)
+    assert rec["iteration_ms"] == pytest.approx(14.6)
+    assert [s["stage"] for s in rec["timeline"]] == ["head", "draft1", "prune", "verify", "accept", "compact"]
+    assert rec["timeline"][0]["start_ms"] == 0.0 and rec["timeline"][-1]["end_ms"] == pytest.approx(14.6)
+    best = rec["best_estimated"]
+    assert (best["variant"], best["assignment"], best["iteration_ms"]) == ("aot_head", "split", pytest.approx(14.1))
+    assert "ms_per_token" not in best  # no calibration: variants of one shape are ranked by time alone
+    calibrated = plan_record(shape, profile, {shape: 2.0, TreeShape(1, 1, 1): 1.5})
+    assert calibrated["ms_per_token"] == pytest.approx(14.6 / 2.0)
+    assert len(calibrated["runners_up"]) == 8
+
+
+def test_unknown_variant_is_refused():
+    with pytest.raises(ValueError, match="unknown plan variant"):
+        iteration_stages("pearl", TreeShape(2, 2, 3), STAGES)

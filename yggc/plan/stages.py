@@ -1,0 +1,129 @@
+"""One decode iteration as a DAG of stages (yggdrasil.txt, section 5), in networkx.
+
+A stage is a model call or a piece of host work with a profiled cost and the role that runs it
+(drafter, verifier or host); an Assignment maps roles to resources (core groups on a CPU, host and
+device stream on CUDA). Iterations are unrolled so stages moved ahead of time overlap the previous
+iteration, and the steady-state iteration time is read off a list schedule (yggc/plan/schedule.py).
+
+Variants, all lossless by construction (a stage run ahead of time works on a superset of what the
+iteration turns out to need, and only the part the accepted path selects is kept):
+  sequential  head -> D-1 tree steps -> prune -> verify -> accept -> compact -> next head
+  aot_tail    the drafter also runs on the W deepest leaves right after drafting them, so the next
+              head step feeds only the root (width 1): the tail leaves the critical path
+  aot_head    aot_tail, and after verification the drafter runs on every candidate bonus token
+              (the verifier's choice after each verified node, V + 1 rows) while acceptance and
+              compaction run; the next iteration's tree steps start from the accepted row's logits
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .cost_model import CostCurve
+from .shape import HEAD_WIDTH, TreeShape
+
+VARIANTS = ("sequential", "aot_tail", "aot_head")
+ROLES = ("drafter", "verifier", "host")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Roles -> resources, and each role's cost factor there (1.0: as profiled with every core)."""
+    name: str
+    resources: dict[str, str]                               # role -> resource
+    factors: dict[str, float] = field(default_factory=dict)  # role -> cost multiplier on that resource
+
+    def factor(self, role: str) -> float:
+        return self.factors.get(role, 1.0)
+
+
+SHARED = Assignment("shared", {role: "cores" for role in ROLES})
+
+
+def split_assignment(verifier_factor: float, drafter_factor: float) -> Assignment:
+    """Verifier (and host glue) on one core group, the drafter on the other; the factors are the
+    measured slowdowns of each model on its group while the other works (tools/bench_core_groups.py)."""
+    return Assignment("split", {"verifier": "group0", "host": "group0", "drafter": "group1"},
+                      {"verifier": verifier_factor, "host": verifier_factor, "drafter": drafter_factor})
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """Profiled costs (ms, every core) the stages are priced from."""
+    verifier: CostCurve                  # T_verifier(width)
+    drafter: CostCurve                   # T_drafter(width)
+    host_ms: dict[str, float]            # prune, accept_greedy, compact_kv (profile.json's host_ms)
+
+    @classmethod
+    def from_profile(cls, profile: dict, depth: int = 1) -> StageProfile:
+        """The fitted curves; a drafter without forward buckets (an EAGLE-3 head compiled for one shape)
+        is priced per step from its measured draft phase of `depth` steps."""
+        curves = {name: CostCurve(**m["cost_curve"]) for name, m in profile["models"].items() if "cost_curve" in m}
+        if "drafter" not in curves:
+            curves["drafter"] = CostCurve(profile["phase_ms"]["draft"] / depth, 0.0, 0.0)
+        return cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})))
+
+    def host(self, name: str) -> float:
+        return self.host_ms.get(name, 0.0)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    role: str
+    cost_ms: float
+
+
+def iteration_stages(variant: str, shape: TreeShape, p: StageProfile) -> list[Stage]:
+    """The stages of one iteration, in their order along its critical path."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown plan variant {variant!r}; known: {', '.join(VARIANTS)}")
+    stages = []
+    if variant != "aot_head":
+        stages.append(Stage("head", "drafter", p.drafter(1 if variant == "aot_tail" else HEAD_WIDTH)))
+    stages += [Stage(f"draft{k}", "drafter", p.drafter(shape.width)) for k in range(1, shape.depth)]
+    if variant != "sequential":
+        stages.append(Stage("tail", "drafter", p.drafter(shape.width)))
+    stages += [Stage("prune", "host", p.host("prune")), Stage("verify", "verifier", p.verifier(shape.verify + 1))]
+    if variant == "aot_head":
+        stages.append(Stage("bonus", "drafter", p.drafter(shape.verify + 1)))
+    stages += [Stage("accept", "host", p.host("accept_greedy")), Stage("compact", "verifier", p.host("compact_kv"))]
+    return stages
+
+
+def stage_edges(variant: str, names: list[str]) -> list[tuple[str, str, int]]:
+    """(from, to, iteration offset of `to`): dependencies inside an iteration and into the next one."""
+    drafting = [n for n in names if n == "head" or n.startswith("draft")]
+    edges = [(a, b, 0) for a, b in zip(drafting, drafting[1:])]
+    last_draft = drafting[-1] if drafting else None
+    first_draft_next = drafting[0] if drafting else "prune"
+    if last_draft:
+        edges.append((last_draft, "prune", 0))
+    edges += [("prune", "verify", 0), ("verify", "accept", 0), ("accept", "compact", 0)]
+    # the next iteration's drafting reads the accepted root and the compacted caches
+    edges += [("accept", first_draft_next, 1), ("compact", first_draft_next, 1)]
+    if "tail" in names:  # the leaves exist once the last step grew them (D = 1 under aot_head: at the start)
+        edges.append((last_draft or "prune", "tail", 0))
+        edges.append(("tail", first_draft_next, 1))
+    if "bonus" in names:  # candidate bonus tokens come out of verification, above fed leaves
+        edges += [("verify", "bonus", 0), ("tail", "bonus", 0), ("bonus", first_draft_next, 1)]
+    return edges
+
+
+def iteration_dag(variant: str, shape: TreeShape, p: StageProfile, assignment: Assignment = SHARED,
+                  iterations: int = 4) -> nx.DiGraph:
+    """`iterations` unrolled iterations; nodes (i, stage name) carry role, resource and cost_ms."""
+    stages = iteration_stages(variant, shape, p)
+    edges = stage_edges(variant, [s.name for s in stages])
+    dag = nx.DiGraph(variant=variant, assignment=assignment.name, shape=shape)
+    for i in range(iterations):
+        for s in stages:
+            dag.add_node((i, s.name), role=s.role, resource=assignment.resources[s.role],
+                         cost_ms=s.cost_ms * assignment.factor(s.role))
+        for a, b, offset in edges:
+            if i + offset < iterations:
+                dag.add_edge((i, a), (i + offset, b))
+    if not nx.is_directed_acyclic_graph(dag):  # a wrong edge table, never user input
+        raise AssertionError(f"the {variant} stage graph has a cycle")
+    return dag

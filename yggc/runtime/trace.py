@@ -1,0 +1,90 @@
+"""Wall-clock spans of the decode loop (`yggc run --trace out.json`), written as a Chrome trace.
+
+Tracks: "decode" (one span per iteration), "phases" (the draft and verify phases), "models" (each
+compiled call, from a bundle: the model forwards around eager phases, or the phases themselves where
+each is one compiled call). The host bubble of an iteration is its time outside compiled calls.
+A bundle's stage plan can be laid beside the measured iterations as its own track ("plan estimate").
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Span:
+    track: str
+    name: str
+    iteration: int
+    start_s: float
+    end_s: float
+
+    @property
+    def ms(self) -> float:
+        return 1e3 * (self.end_s - self.start_s)
+
+
+class NoTrace:
+    """The default: spans cost one attribute lookup and a null context."""
+
+    def span(self, name: str, track: str):
+        return nullcontext()
+
+
+class StageTrace:
+    def __init__(self):
+        self.spans: list[Span] = []
+        self.iteration = 0
+
+    @contextmanager
+    def span(self, name: str, track: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spans.append(Span(track, name, self.iteration, start, time.perf_counter()))
+            if track == "decode":
+                self.iteration += 1
+
+    def per_iteration(self) -> list[dict[str, float]]:
+        """Each iteration's ms: total, draft and verify phases, model calls, host bubble."""
+        rows = []
+        for it in (s for s in self.spans if s.track == "decode"):
+            inside = [s for s in self.spans  # by time: prefill's model calls precede the first iteration
+                      if s.track != "decode" and it.start_s <= s.start_s and s.end_s <= it.end_s]
+            phase = {s.name: s.ms for s in inside if s.name in ("draft", "verify")}
+            models = sum(s.ms for s in inside if s.track == "models")
+            rows.append({"iteration_ms": it.ms, "draft_ms": phase.get("draft", 0.0),
+                         "verify_ms": phase.get("verify", 0.0), "model_ms": models,
+                         "host_bubble_ms": it.ms - models if models else 0.0})
+        return rows
+
+    def summary(self) -> dict[str, float]:
+        """Medians over the iterations (empty when no iteration ran)."""
+        rows = self.per_iteration()
+        if not rows:
+            return {}
+        return {"iterations": len(rows), **{k: round(statistics.median(r[k] for r in rows), 4) for k in rows[0]}}
+
+    def chrome_trace(self, plan_timeline: list[dict] | None = None) -> dict:
+        """Chrome trace JSON (chrome://tracing, Perfetto); the plan's estimated stages are drawn from
+        the start of every measured iteration."""
+        t0 = min((s.start_s for s in self.spans), default=0.0)
+        tids = {"decode": 1, "phases": 2, "models": 3}
+        events = [{"name": s.name, "ph": "X", "pid": 1, "tid": tids.get(s.track, 4), "ts": 1e6 * (s.start_s - t0),
+                   "dur": 1e6 * (s.end_s - s.start_s), "args": {"iteration": s.iteration}} for s in self.spans]
+        events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": track}}
+                   for track, tid in tids.items()]
+        if plan_timeline:
+            tracks = sorted({p["resource"] for p in plan_timeline})
+            for it in (s for s in self.spans if s.track == "decode"):
+                events += [{"name": p["stage"], "ph": "X", "pid": 2, "tid": tracks.index(p["resource"]) + 1,
+                            "ts": 1e6 * (it.start_s - t0) + 1e3 * p["start_ms"],
+                            "dur": 1e3 * (p["end_ms"] - p["start_ms"]), "args": {"iteration": it.iteration}}
+                           for p in plan_timeline]
+            events.append({"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "plan estimate"}})
+            events.append({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "measured"}})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
