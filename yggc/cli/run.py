@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import astuple
 from pathlib import Path
 
 from ..errors import YggcError
@@ -88,16 +89,21 @@ def set_threads(threads: int | None, prog: str = "yggc") -> None:
         print(f"{prog}: warning: {warning} (try --threads 1)", file=sys.stderr)
 
 
-def planned_timeline(args: argparse.Namespace) -> tuple[list[dict] | None, float | None]:
-    """The bundle's estimated stage plan (timeline, ms per iteration), if it has one."""
+def planned_timeline(args: argparse.Namespace, decoder) -> tuple[list[dict] | None, float | None]:
+    """The bundle's estimated stage plan (timeline, ms per iteration), if it has one for the shape that
+    ran every iteration (not for a forced shape, nor for shapes a depth predictor picked)."""
     plan = json.loads((Path(args.bundle) / "plan.json").read_text()) if args.bundle else {}
     schedule = plan.get("schedule")
-    return (schedule["timeline"], schedule["iteration_ms"]) if schedule else (None, None)
+    if not schedule or decoder.policy is not None:
+        return None, None
+    if (schedule["depth"], schedule["width"], schedule["verify"]) != astuple(decoder.shape):
+        return None, None
+    return schedule["timeline"], schedule["iteration_ms"]
 
 
-def write_trace(args: argparse.Namespace, trace) -> str:
+def write_trace(args: argparse.Namespace, trace, decoder) -> str:
     """Write --trace's file (atomically) -> the line summarising it."""
-    timeline, estimate = planned_timeline(args)
+    timeline, estimate = planned_timeline(args, decoder)
     out = Path(args.trace)
     tmp = out.with_name(f".{out.name}.partial")
     tmp.write_text(json.dumps(trace.chrome_trace(timeline)))
@@ -135,7 +141,7 @@ def run_command(args: argparse.Namespace) -> int:
             print(flush=True)
         raise
     stats = decoder.stats
-    traced = write_trace(args, trace) if trace else None
+    traced = write_trace(args, trace, decoder) if trace else None
     if args.json:
         extra = {"trace": trace.summary()} if trace else {}
         print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary(),
