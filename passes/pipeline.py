@@ -1,8 +1,9 @@
 """`yggc compile`: the passes in order, each reported on one progress bar.
 
 load -> check pair -> lower forward buckets -> [with --calib: profile them -> calibrate -> choose the
-tree shape by the objective -> train the depth predictor (O2) -> lower the shape's buckets] -> lower the draft/verify phases (O1) ->
-profile -> price the stage plans (passes/plan.py) -> write bundle (atomic).
+tree shape by the objective -> train the depth predictor (O2) -> lower the shape's buckets] -> lower
+the draft/verify phases (O1) -> profile -> price the stage plans (passes/plan.py) -> write bundle
+(atomic).
 At O2 each model is lowered once, at every width (passes/lower.py), and the phases run eagerly.
 """
 from __future__ import annotations
