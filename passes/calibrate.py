@@ -15,6 +15,7 @@ import torch
 
 from ..errors import YggcError
 from ..plan.calibration import TreeSample, acceptance_rates, as_tree_sample
+from ..plan.depth_predictor import root_features
 from ..plan.shape import TreeShape
 from ..runtime.cache_layout import CacheLayout
 from ..runtime.drafters import speculative_decoder
@@ -75,7 +76,7 @@ def recording_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
 
     def recorded(pending: list[int], n: int) -> Draft:
         draft = draft_tree(pending, n)
-        drafts.append((n, draft, dec.root_stats.clone()))
+        drafts.append((n, draft, root_features(dec.bonus_logits)))
         return draft
 
     dec.draft_tree = recorded

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..plan.schedule import Schedule, list_schedule
 from ..plan.shape import TreeShape
-from ..plan.stages import SHARED, VARIANTS, Assignment, StageProfile, iteration_dag, split_assignment
+from ..plan.stages import SHARED, VARIANTS, Assignment, StageCosts, iteration_dag, split_assignment
 
 EXECUTABLE = {("sequential", "shared")}  # (variant, assignment) the runtime's decode loop runs today
 RUNNERS_UP = 8
@@ -56,7 +56,7 @@ def assignments(profile: dict) -> list[Assignment]:
 
 
 def estimate(variant: str, assignment: Assignment, shape: TreeShape, tokens_per_iter: float,
-             stages: StageProfile) -> PlanEstimate:
+             stages: StageCosts) -> PlanEstimate:
     schedule = list_schedule(iteration_dag(variant, shape, stages, assignment))
     return PlanEstimate(variant, assignment.name, shape, tokens_per_iter, schedule)
 
@@ -64,7 +64,7 @@ def estimate(variant: str, assignment: Assignment, shape: TreeShape, tokens_per_
 def search_plans(candidates: dict[TreeShape, float], profile: dict,
                  variants: tuple[str, ...] = VARIANTS) -> list[PlanEstimate]:
     """Every (variant, shape, assignment), best estimated ms per token first (ties: fewer nodes)."""
-    stages = StageProfile.from_profile(profile, max(s.depth for s in candidates))
+    stages = StageCosts.from_profile(profile, max(s.depth for s in candidates))
     plans = [estimate(v, a, shape, tpi, stages)
              for shape, tpi in candidates.items() for v in variants for a in assignments(profile)]
     return sorted(plans, key=lambda p: (p.ms_per_token, p.shape.n_nodes, VARIANTS.index(p.variant)))

@@ -1,4 +1,6 @@
 """Random Equal-Growth Trees for the tree and plan tests: seeded draft log-probs and the growth they drive."""
+import itertools
+
 import torch
 
 from yggc.tree.egt import egt_frontier, egt_init, egt_step
@@ -17,3 +19,16 @@ def _grow(D, W, vocab, k, logps):
         frontiers.append(fr)
         state = egt_step(state, logp)
     return state, frontiers
+
+
+class CyclingPolicy:
+    """Stands in for a DepthPolicy: a different tree shape every iteration, whatever the root's features."""
+
+    def __init__(self, shapes):
+        self.shapes, self.seen, self.features = itertools.cycle(shapes), set(), []
+
+    def choose(self, features):
+        self.features.append(features)
+        shape = next(self.shapes)
+        self.seen.add(shape)
+        return shape

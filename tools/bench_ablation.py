@@ -21,10 +21,9 @@ from pathlib import Path
 
 import torch
 from bench_drafters import load_prompts  # tools/ sibling
-from yggc.passes.plan import estimate
 
 from yggc.plan.shape import TreeShape
-from yggc.plan.stages import SHARED, StageProfile
+from yggc.plan.stages import StageCosts
 from yggc.runtime import Runtime
 from yggc.tree.sampling import SamplingParams
 
@@ -45,10 +44,6 @@ def decode_row(dec, prompts: list[list[int]], n: int) -> tuple[list[list[int]], 
     return outs, row
 
 
-def estimated_ms(shape: TreeShape, stages: StageProfile) -> float:
-    return estimate("sequential", SHARED, shape, 1.0, stages).iteration_ms
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bundle", type=Path)
@@ -59,7 +54,7 @@ def main() -> None:
     rt = Runtime.load(args.bundle)
     plan = json.loads((args.bundle / "plan.json").read_text())
     profile = json.loads((args.bundle / "profile.json").read_text())
-    stages = StageProfile.from_profile(profile)
+    stages = StageCosts.from_profile(profile)
     prompts = load_prompts(args.prompts_file, args.prompts, rt.tokenizer)
     unpruned = TreeShape(*(plan["best_unpruned"][k] for k in ("depth", "width", "verify")))
     rows = {"ar": (rt.decoder(speculative=False), None),
@@ -76,7 +71,7 @@ def main() -> None:
     for name, (dec, shape) in rows.items():
         outs, r = decode_row(dec, prompts, args.n)
         ref = outs if ref is None else ref
-        est = f"{estimated_ms(shape, stages):.2f}" if shape else "-"
+        est = f"{stages.iteration_ms(shape):.2f}" if shape else "-"
         label = f"D={shape.depth} W={shape.width} V={shape.verify}" if shape else ("per iteration" if name != "ar" else "-")
         measured = f"{r['iteration_ms']:.2f} / {est}" if "iteration_ms" in r else "-"
         bubble = f"{r['host_bubble_ms']:.2f}" if "host_bubble_ms" in r else "-"

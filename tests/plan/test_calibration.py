@@ -87,7 +87,7 @@ def test_tokens_per_iteration_of_a_chain():
 
 
 def test_objective_prices_draft_and_verify_steps():
-    costs = StageCosts(CostCurve(10.0, 4.0, 1.0), CostCurve(1.0, 2.0, 0.5), host_ms=0.25)
+    costs = StageCosts(CostCurve(10.0, 4.0, 1.0), CostCurve(1.0, 2.0, 0.5), host_ms={"prune": 0.25})
     # head step at width 2 (1 ms) + 2 steps at width 4 (2 ms each) + verify of 7 rows (13 ms) + host
     assert costs.iteration_ms(TreeShape(3, 4, 6)) == pytest.approx(1 + 4 + 13 + 0.25)
     table = {TreeShape(1, 1, 1): 1.8, TreeShape(4, 1, 4): 3.0, TreeShape(4, 2, 8): 3.6, TreeShape(8, 4, 32): 6.0}

@@ -8,13 +8,13 @@ from yggc.passes.plan import EXECUTABLE, best_executable, plan_record, search_pl
 
 from yggc.plan.schedule import list_schedule
 from yggc.plan.shape import TreeShape
-from yggc.plan.stages import SHARED, VARIANTS, StageProfile, iteration_dag, iteration_stages, split_assignment
+from yggc.plan.stages import SHARED, VARIANTS, StageCosts, iteration_dag, iteration_stages, split_assignment
 
 HOST = {"prune": 0.1, "accept_greedy": 0.2, "compact_kv": 0.3}
 PROFILE = {"models": {"verifier": {"cost_curve": {"t0_ms": 10.0, "knee": 8.0, "slope_ms": 1.0}},
                       "drafter": {"cost_curve": {"t0_ms": 2.0, "knee": 4.0, "slope_ms": 0.5}}},
            "host_ms": HOST}
-STAGES = StageProfile.from_profile(PROFILE)
+STAGES = StageCosts.from_profile(PROFILE)
 SPLIT = split_assignment(1.0, 1.0)
 
 

@@ -1,10 +1,10 @@
 """--opt O2: one frozen package per model serves every width, each row's logits are bit-identical whatever
 the width and the cache view, and tree decoding through it equals the bundle's own AR decoding exactly."""
-import itertools
 
 import pytest
 import torch
 from checkpoints import write_checkpoint
+from trees import CyclingPolicy
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
 from yggc.errors import YggcError
@@ -96,16 +96,6 @@ def test_tree_decoding_equals_compiled_ar_for_every_shape(o2_bundle):
         ref = rt.generate(prompt, 40, decoder=ar).tokens
         for shape in SHAPES:
             assert rt.generate(prompt, 40, decoder=rt.decoder(shape=shape)).tokens == ref, shape
-
-
-class CyclingPolicy:
-    """A different shape every iteration (stands in for the bundle's depth predictor)."""
-
-    def __init__(self, shapes):
-        self.shapes = itertools.cycle(shapes)
-
-    def choose(self, features):
-        return next(self.shapes)
 
 
 def test_per_iteration_shapes_through_the_packages_equal_compiled_ar(o2_bundle):

@@ -6,6 +6,7 @@ import pytest
 import torch
 from checkpoints import CONFIGS, write_checkpoint
 from scipy.stats import chisquare
+from trees import CyclingPolicy
 from yggc.graphs import load_model
 
 from yggc.plan.shape import TreeShape
@@ -41,19 +42,6 @@ def logit_gap_at(model, layout, seq, pos):
     logits = model(torch.tensor(seq[:pos]), s, s, causal_rows(s, layout.n_slots))[-1]
     top = logits.topk(2).values
     return float(top[0] - top[1])
-
-
-class CyclingPolicy:
-    """Stands in for a DepthPolicy: a different shape every iteration, whatever the root's features."""
-
-    def __init__(self, shapes):
-        self.shapes, self.seen, self.features = itertools.cycle(shapes), set(), []
-
-    def choose(self, features):
-        self.features.append(features)
-        shape = next(self.shapes)
-        self.seen.add(shape)
-        return shape
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS)[:2])

@@ -12,7 +12,7 @@ that depth). The policy picks the depth whose predicted tokens per estimated mil
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -50,12 +50,16 @@ class DepthPolicy:
     predictor: DepthPredictor
     shapes: tuple[TreeShape, ...]
     iteration_ms: tuple[float, ...]
+    ms: torch.Tensor = field(init=False, repr=False, compare=False)  # [S] iteration_ms, built once
+
+    def __post_init__(self):
+        object.__setattr__(self, "ms", torch.tensor(self.iteration_ms))
 
     def choose_index(self, features: torch.Tensor) -> torch.Tensor:
         """features [B, F] -> [B] index of the shape with the most predicted tokens per millisecond."""
         with torch.no_grad():
             tokens = self.predictor(features.float().to(self.predictor.mean.device))
-        return (tokens / torch.tensor(self.iteration_ms)).argmax(-1)
+        return (tokens / self.ms).argmax(-1)
 
     def choose(self, features: torch.Tensor) -> TreeShape:
         """features [F] of one root -> the shape to draft this iteration."""

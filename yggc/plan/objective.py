@@ -9,29 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cost_model import CostCurve
-from .shape import HEAD_WIDTH, TreeShape
-
-HOST_STAGES = ("prune", "accept_greedy", "compact_kv")  # profile.json host_ms entries a greedy iteration pays
-
-
-@dataclass(frozen=True)
-class StageCosts:
-    verifier: CostCurve  # T_verifier(W) in ms
-    drafter: CostCurve   # T_drafter(W) in ms
-    host_ms: float = 0.0  # per-iteration work outside the model calls
-
-    @classmethod
-    def from_profile(cls, profile: dict) -> StageCosts:
-        """The fitted curves, and the greedy iteration's host stages when the profile has them (the
-        same stages the sequential stage plan prices, yggc/plan/stages.py)."""
-        curves = {name: CostCurve(**m["cost_curve"]) for name, m in profile["models"].items()}
-        host = profile.get("host_ms", {})
-        return cls(curves["verifier"], curves["drafter"], sum(host.get(k, 0.0) for k in HOST_STAGES))
-
-    def iteration_ms(self, shape: TreeShape) -> float:
-        draft = self.drafter(HEAD_WIDTH) + (shape.depth - 1) * self.drafter(shape.width)
-        return draft + self.verifier(shape.verify + 1) + self.host_ms
+from .shape import TreeShape
+from .stages import StageCosts
 
 
 @dataclass(frozen=True)

@@ -49,14 +49,14 @@ def split_assignment(verifier_factor: float, drafter_factor: float) -> Assignmen
 
 
 @dataclass(frozen=True)
-class StageProfile:
-    """Profiled costs (ms, every core) the stages are priced from."""
-    verifier: CostCurve                  # T_verifier(width)
-    drafter: CostCurve                   # T_drafter(width)
-    host_ms: dict[str, float]            # prune, accept_greedy, compact_kv (profile.json's host_ms)
+class StageCosts:
+    """Profiled costs (ms, every core) the stages, and so the objective, are priced from."""
+    verifier: CostCurve  # T_verifier(width)
+    drafter: CostCurve   # T_drafter(width)
+    host_ms: dict[str, float] = field(default_factory=dict)  # prune, accept_greedy, compact_kv (profile host_ms)
 
     @classmethod
-    def from_profile(cls, profile: dict, depth: int = 1) -> StageProfile:
+    def from_profile(cls, profile: dict, depth: int = 1) -> StageCosts:
         """The fitted curves; a drafter without forward buckets (an EAGLE-3 head compiled for one shape)
         is priced per step from its measured draft phase of `depth` steps."""
         curves = {name: CostCurve(**m["cost_curve"]) for name, m in profile["models"].items() if "cost_curve" in m}
@@ -67,6 +67,10 @@ class StageProfile:
     def host(self, name: str) -> float:
         return self.host_ms.get(name, 0.0)
 
+    def iteration_ms(self, shape: TreeShape) -> float:
+        """One iteration with every stage in turn (the sequential plan on one resource): the objective's cost."""
+        return sum(s.cost_ms for s in iteration_stages("sequential", shape, self))
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -75,7 +79,7 @@ class Stage:
     cost_ms: float
 
 
-def iteration_stages(variant: str, shape: TreeShape, p: StageProfile) -> list[Stage]:
+def iteration_stages(variant: str, shape: TreeShape, p: StageCosts) -> list[Stage]:
     """The stages of one iteration, in their order along its critical path."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown plan variant {variant!r}; known: {', '.join(VARIANTS)}")
@@ -111,7 +115,7 @@ def stage_edges(variant: str, names: list[str]) -> list[tuple[str, str, int]]:
     return edges
 
 
-def iteration_dag(variant: str, shape: TreeShape, p: StageProfile, assignment: Assignment = SHARED,
+def iteration_dag(variant: str, shape: TreeShape, p: StageCosts, assignment: Assignment = SHARED,
                   iterations: int = 4) -> nx.DiGraph:
     """`iterations` unrolled iterations; nodes (i, stage name) carry role, resource and cost_ms."""
     stages = iteration_stages(variant, shape, p)

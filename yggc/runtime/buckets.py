@@ -125,7 +125,7 @@ class CompiledModel:
     def __call__(self, input_ids, *args) -> torch.Tensor:
         """The graph's forward (input_ids [W] first) through the bucket of width W, else eagerly."""
         run = self.checked_runner(input_ids.shape[0])
-        with self.trace.span(f"{self.trace_label} W={input_ids.shape[0]}", "models"):
+        with self.trace.span(self.trace_label, "models", input_ids.shape[0]):
             if run is None:
                 return self.graph(input_ids, *args)
             return run(input_ids, *args)[0] if self.features else run(input_ids, *args)
@@ -133,7 +133,7 @@ class CompiledModel:
     def forward_features(self, input_ids, *args) -> tuple[torch.Tensor, torch.Tensor]:
         """The graph's forward_features: through a features package, else eagerly."""
         run = self.checked_runner(input_ids.shape[0]) if self.features else None
-        with self.trace.span(f"{self.trace_label} W={input_ids.shape[0]}", "models"):
+        with self.trace.span(self.trace_label, "models", input_ids.shape[0]):
             if run is None:
                 return self.graph.forward_features(input_ids, *args)
             return tuple(run(input_ids, *args))

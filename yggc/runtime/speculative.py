@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import YggcError
-from ..plan.depth_predictor import N_FEATURES, root_features
+from ..plan.depth_predictor import root_features
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
 from ..tree.egt import egt_frontier, egt_init, egt_tree
@@ -56,7 +56,7 @@ class SpeculativeDecoder:
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
         # greedy decoding picks each iteration's shape from the root's features (yggc/plan/depth_predictor.py)
         self.policy = policy
-        self.root_stats = torch.zeros(N_FEATURES)  # [F] features of the current root (prefill or last verify)
+        self.bonus_logits: torch.Tensor | None = None  # [vocab] the verifier's logits that chose the current root
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
         self.tree_rule = tree_rule  # T > 0, W > 1: "rrs" (sampled tree) or "point-mass" (greedy-grown tree)
@@ -185,7 +185,7 @@ class SpeculativeDecoder:
         """One call: prune, verify, accept, compact the verifier's KV -> (emitted tokens, last accepted
         tree id, deepest verified depth); also leaves the drafter's K/V moves for its next call."""
         t = draft.tree
-        emit, info, self.root_stats, *handoff = self.run_verify(
+        emit, info, self.bonus_logits, *handoff = self.run_verify(
             t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
         k, last_id, max_depth = info.tolist()
         self.take_verify_outputs(handoff, torch.arange(k + 1))
@@ -225,7 +225,7 @@ class SpeculativeDecoder:
         t0 = time.perf_counter()
         with device_scope(self.device):
             logits = self.prefill_models(prompt_ids)
-        self.root_stats = root_features(logits)
+        self.bonus_logits = logits
         new = [next_token(logits, params, gen)]
         n, pending = len(prompt_ids), list(new)
         while new:
@@ -245,7 +245,7 @@ class SpeculativeDecoder:
                 stop: StopPolicy) -> tuple[list[int], int, list[int]]:
         """One draft-verify-accept round from root pending[-1] at slot n -> (new tokens, n, pending)."""
         if self.policy is not None and params.greedy:
-            shape = self.policy.choose(self.root_stats)
+            shape = self.policy.choose(root_features(self.bonus_logits))
             if shape != self.shape:
                 self.set_shape(shape)
         if stop.kv_full(n, self.shape.n_nodes):

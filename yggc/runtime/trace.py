@@ -30,7 +30,7 @@ class Span:
 class NoTrace:
     """The default: spans cost one attribute lookup and a null context."""
 
-    def span(self, name: str, track: str):
+    def span(self, name: str, track: str, width: int | None = None):
         return nullcontext()
 
 
@@ -40,7 +40,9 @@ class StageTrace:
         self.iteration = 0
 
     @contextmanager
-    def span(self, name: str, track: str) -> Iterator[None]:
+    def span(self, name: str, track: str, width: int | None = None) -> Iterator[None]:
+        """Time the block; a width is appended to the name ("verifier W=9")."""
+        name = name if width is None else f"{name} W={width}"
         start = time.perf_counter()
         try:
             yield

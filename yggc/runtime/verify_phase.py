@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..plan.depth_predictor import root_features
 from ..tree.token_tree import tree_mask
 
 
@@ -55,7 +54,7 @@ class GreedyVerifyPhase(nn.Module):
         """Tree [N] from the draft phase, n [] = root slot, view_slots [S] (its length = cache view)
         -> emitted tokens [D+1] (the accepted path, then the bonus at index k, then padding),
         info [3] = (accepted count k, last accepted tree id, deepest verified depth),
-        the next root's features [F] for the depth predictor (from the bonus token's row),
+        the next root's logits [vocab] (the bonus token's row; the depth predictor reads them),
         drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end),
         then score()'s per-row tensors at the path rows (root first)."""
         V, D = self.verify, self.depth
@@ -74,5 +73,5 @@ class GreedyVerifyPhase(nn.Module):
         path_ids = kept[path]  # tree ids, root first
         emit = torch.where(rows[: path.shape[0]] == k, best[deepest], tokens[torch.roll(path_ids, -1)])
         info = torch.stack([k, path_ids[k], sub_depth.max()])
-        root = root_features(logits.index_select(0, deepest.view(1)))[0]
+        root = logits.index_select(0, deepest.view(1))[0]
         return emit, info, root, torch.stack([n + path_ids[1:], dst]), *(t[path] for t in per_row)
