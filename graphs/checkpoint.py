@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from .config import CheckpointError, ModelConfig, rope_inv_freq
+from .config import CheckpointError, ModelConfig
 from .llama import LlamaGraph
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -108,7 +108,7 @@ def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.f
     with torch.device("meta"):
         model = LlamaGraph(cfg, n_slots, dtype)
     materialize(model, device, parameters=weights)
-    model.inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim).to(device)  # to_empty left it uninitialised
+    model.reset_rope()  # to_empty left the RoPE buffers uninitialised
     for cache in model.caches():  # masked slots must hold zeros (0 x NaN would leak into every row)
         cache.k.zero_(), cache.v.zero_()
     if not weights:

@@ -21,8 +21,12 @@ from ..graphs import LlamaGraph
 from ..graphs.llama import FeatureForward
 from ..runtime.verify_phase import GreedyVerifyPhase
 
+# O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
+# being inlined into every consumer. Inductor's CPU default (30) inlines RoPE'd queries and attention's
+# masked scores into the loops over cache slots, recomputed per slot; 16 is 1.1-1.2x faster per verify
+# at every width on SmolLM2 (tools/bench_attention.py).
 INDUCTOR_CONFIGS = {"O1": {"aot_inductor.package_constants_in_so": False},
-                    "O2": {"freezing": True, "max_autotune": True}}
+                    "O2": {"freezing": True, "max_autotune": True, "realize_opcount_threshold": 16}}
 # O2 on a CPU: only Inductor's C++ GEMM template. Its K loop does not depend on the row count, so rows are
 # batch-invariant; MKL's small-M kernels are neither invariant nor near the memory floor.
 CPU_GEMM_BACKENDS = "CPP"

@@ -49,6 +49,18 @@ def test_greedy_tokens_match_generate(checkpoint, name):
     assert dec.stats.n_generated == 64 and dec.stats.stop_reason == "max tokens"
 
 
+def test_rope_table_rows_equal_the_angles_computed_per_position(checkpoint):
+    from yggc.graphs.config import rope_inv_freq
+    from yggc.graphs.llama import rope_cos_sin
+
+    model = load_model(checkpoint("llama_gqa"), 65, torch.bfloat16)  # built on the meta device, then filled
+    cfg, pos = model.cfg, torch.tensor([0, 1, 7, 64])
+    cos, sin = rope_cos_sin(pos, rope_inv_freq(cfg.rope, cfg.head_dim), torch.bfloat16)
+    got_cos, got_sin = model.rope(pos)
+    assert model.rope.cos.shape == (65, cfg.head_dim) and got_cos.dtype == torch.bfloat16
+    assert torch.equal(got_cos, cos) and torch.equal(got_sin, sin)
+
+
 def test_cache_slot_is_independent_of_position(checkpoint):
     """Tokens written at scattered slots with the right positions and masks give the same logits."""
     path = checkpoint("llama_gqa")

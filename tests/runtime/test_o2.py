@@ -75,6 +75,29 @@ def test_rows_are_bit_identical_across_widths_and_views(o2_bundle):
     assert_rows_invariant(verifier, (1, 2, 3, 4, 5, 8, 13, 16), (64, 128))
 
 
+@torch.inference_mode()
+def test_tree_rows_at_scattered_slots_equal_ar_steps_bit_for_bit(o2_bundle):
+    """A chain verified in one call, its nodes at every other slot beside a sibling's, against AR steps
+    that keep the same tokens at consecutive slots: the ancestors sit elsewhere, the logits may not move."""
+    verifier = Runtime.load(o2_bundle).compiled["verifier"]
+    n, w, view = 30, 9, 64
+    tokens = torch.randint(1, 300, (n + w,), generator=torch.Generator().manual_seed(5))
+    pos = torch.arange(n)
+    verifier(tokens[:n], pos, pos.clone(), causal_rows(pos, view))
+    chain, sibling = n + 2 * torch.arange(w), n + 2 * torch.arange(w) + 1
+    rows = n + torch.arange(w)
+    verifier(tokens[n:] + 1, rows.clone(), sibling, causal_rows(sibling, view))  # K/V the chain must not see
+    mask = torch.zeros(w, view, dtype=torch.bool)
+    mask[:, :n] = True
+    for j in range(w):
+        mask[j, chain[: j + 1]] = True
+    tree = verifier(tokens[n:], rows.clone(), chain, mask).clone()
+    for j in range(w):
+        s = torch.tensor([n + j])
+        step = verifier(tokens[n + j:n + j + 1], s, s.clone(), causal_rows(s, view))
+        assert torch.equal(step[0], tree[j]), f"chain row {j} differs from its AR step"
+
+
 def test_one_package_per_model_weights_once_eager_phases(o2_bundle):
     rt = Runtime.load(o2_bundle)
     files = {b["file"] for b in rt.manifest.buckets}

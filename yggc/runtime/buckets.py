@@ -55,9 +55,9 @@ def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", prefix: str
     return runner
 
 
-def view_lengths(max_seq: int) -> list[int]:
+def view_lengths(max_seq: int, align: int = VIEW_ALIGN["cuda"]) -> list[int]:
     """Every cache view length CacheLayout.view can return."""
-    return sorted({min(s, max_seq) for s in range(VIEW_ALIGN, max_seq + VIEW_ALIGN, VIEW_ALIGN)})
+    return sorted({min(s, max_seq) for s in range(align, max_seq + align, align)})
 
 
 def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGraphRunner:

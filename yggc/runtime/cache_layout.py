@@ -9,12 +9,19 @@ from dataclasses import dataclass
 
 import torch
 
-VIEW_ALIGN = 128  # attention reads a prefix of the cache rounded up to this, not all of it
+# Attention reads a prefix of the cache rounded up to a multiple of this, not all of it. On CUDA each view
+# length is one more captured graph; on a CPU the view is a dynamic size and attention's cost is linear in it.
+VIEW_ALIGN = {"cuda": 128, "cpu": 32}
+
+
+def view_align(device: str | torch.device) -> int:
+    return VIEW_ALIGN.get(torch.device(device).type, VIEW_ALIGN["cuda"])
 
 
 @dataclass(frozen=True)
 class CacheLayout:
     max_seq: int
+    align: int = VIEW_ALIGN["cuda"]
 
     @property
     def n_slots(self) -> int:
@@ -26,7 +33,7 @@ class CacheLayout:
 
     def view(self, n_used: int) -> int:
         """Cache prefix length the next call must attend over when slots < n_used are in use."""
-        return min(-(-n_used // VIEW_ALIGN) * VIEW_ALIGN, self.max_seq)  # no real query sees the trash slot
+        return min(-(-n_used // self.align) * self.align, self.max_seq)  # no real query sees the trash slot
 
 
 def causal_rows(slots: torch.Tensor, view: int) -> torch.Tensor:

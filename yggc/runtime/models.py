@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 
 from ..errors import YggcError
 from ..graphs import LlamaGraph, load_config, load_model, load_tokenizer
-from .cache_layout import CacheLayout
+from .cache_layout import CacheLayout, view_align
 from .chat import ChatTemplate, load_chat_template
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -80,7 +80,7 @@ def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = 
          weights: bool = True) -> LoadedModel:
     """weights=False: the graph holds its KV cache only (see graphs.load_model); compiled packages bring weights."""
     path = Path(model_dir)
-    layout = CacheLayout(max_seq)
+    layout = CacheLayout(max_seq, view_align(device))
     return LoadedModel(load_model(path, layout.n_slots, dtype, device, weights), load_tokenizer(path), layout, path,
                        load_chat_template(path))
 
