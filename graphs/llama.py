@@ -149,7 +149,7 @@ def rope_cos_sin(position_ids: torch.Tensor, inv_freq: torch.Tensor, dtype: torc
 class RopeTable(nn.Module):
     """cos and sin of every position a cache of `n_positions` slots can hold, [n_positions, head_dim] each, in
     the model's dtype: a forward gathers its rows. Compiled, cos/sin evaluated per call would be inlined into
-    their consumers and recomputed inside attention's loops over cache slots (2x the verify cost at W = 8)."""
+    their consumers and recomputed inside attention's loops over cache slots (about 1.5x the verify cost at W = 8)."""
 
     def __init__(self, n_positions: int, head_dim: int, dtype: torch.dtype):
         super().__init__()
