@@ -108,7 +108,7 @@ def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.f
     with torch.device("meta"):
         model = LlamaGraph(cfg, n_slots, dtype)
     materialize(model, device, parameters=weights)
-    model.reset_rope()  # to_empty left the RoPE buffers uninitialised
+    model.rope.fill()  # materialize left the RoPE tables uninitialised
     for cache in model.caches():  # masked slots must hold zeros (0 x NaN would leak into every row)
         cache.k.zero_(), cache.v.zero_()
     if not weights:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import ModelConfig, rope_inv_freq
-from .llama import MLP, Attention, CacheOwner, RMSNorm, rope_cos_sin
+from .config import ModelConfig
+from .llama import MLP, Attention, CacheOwner, RMSNorm, RopeTable
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,8 @@ class Eagle3Graph(CacheOwner):
         self.norm = RMSNorm(H, lc.rms_norm_eps)
         self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
         self.register_buffer("draft_ids", torch.arange(cfg.draft_vocab_size), persistent=False)
-        self.register_buffer("inv_freq", rope_inv_freq(lc.rope, lc.head_dim), persistent=False)
+        self.rope = RopeTable(lc.rope, n_slots, lc.head_dim, dtype)
         self.to(dtype)
-        self.inv_freq = self.inv_freq.float()
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Verifier features [W, 3 * verifier hidden] -> the head's input feature [W, hidden]."""
@@ -65,7 +64,7 @@ class Eagle3Graph(CacheOwner):
 
     def forward(self, input_ids, feature, position_ids, cache_slots, attn_mask, *caches):
         e = self.embed(input_ids)
-        cos, sin = rope_cos_sin(position_ids, self.inv_freq, e.dtype)
+        cos, sin = self.rope(position_ids)
         x = torch.cat([self.input_norm(e), self.hidden_norm(feature)], dim=-1)  # [W, 2H]
         h = feature + self.attn(x, cos, sin, cache_slots, attn_mask, caches[:2] if caches else None)
         h = h + self.mlp(self.mlp_norm(h))  # [W, H]: the output feature (pre-norm)

@@ -23,7 +23,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from .checkpoint import _check_dir, _read_json, load_config, materialize, read_hf_tensors, weight_files
-from .config import CheckpointError, ModelConfig, rope_inv_freq
+from .config import CheckpointError, ModelConfig
 from .eagle3 import Eagle3Config, Eagle3Graph, default_feature_layers
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
@@ -136,7 +136,7 @@ def load_eagle3(model_dir: str | Path, verifier_dir: str | Path, n_slots: int, d
     with torch.device("meta"):
         graph = Eagle3Graph(cfg, n_slots, dtype)
     materialize(graph, device)
-    graph.inv_freq = rope_inv_freq(cfg.layer.rope, cfg.layer.head_dim).to(device)  # materialize left it empty
+    graph.rope.fill()  # materialize left the RoPE tables empty
     graph.attn.cache.k.zero_(), graph.attn.cache.v.zero_()
     for name, shape in {**{k: v.shape for k, v in graph.state_dict().items()}, "draft_ids": graph.draft_ids.shape}.items():
         if tuple(state[name].shape) != tuple(shape):
@@ -213,7 +213,7 @@ def new_eagle3(verifier_dir: str | Path, draft_ids: torch.Tensor, n_slots: int,
     with torch.device("meta"):
         graph = Eagle3Graph(cfg, n_slots)
     materialize(graph, "cpu")
-    graph.inv_freq = rope_inv_freq(layer.rope, layer.head_dim)
+    graph.rope.fill()
     graph.attn.cache.k.zero_(), graph.attn.cache.v.zero_()
     for name, p in graph.named_parameters():
         if name == "embed.weight":

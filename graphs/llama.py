@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ModelConfig, rope_inv_freq
+from .config import ModelConfig, RopeConfig, rope_inv_freq
 
 
 class RMSNorm(nn.Module):
@@ -147,20 +147,25 @@ def rope_cos_sin(position_ids: torch.Tensor, inv_freq: torch.Tensor, dtype: torc
 
 
 class RopeTable(nn.Module):
-    """cos and sin of every position a cache of `n_positions` slots can hold, [n_positions, head_dim] each, in
-    the model's dtype: a forward gathers its rows. Compiled, cos/sin evaluated per call would be inlined into
-    their consumers and recomputed inside attention's loops over cache slots (about 1.5x the verify cost at W = 8)."""
+    """cos and sin of every position a cache of `n_positions` slots can hold (a position never exceeds its
+    slot), [n_positions, head_dim] each, in the model's dtype: a forward gathers its rows. Compiled, cos/sin
+    evaluated per call would be inlined into their consumers and recomputed inside attention's loops over
+    cache slots (about 1.5x the verify cost at W = 8)."""
 
-    def __init__(self, n_positions: int, head_dim: int, dtype: torch.dtype):
+    def __init__(self, rope: RopeConfig, n_positions: int, head_dim: int, dtype: torch.dtype):
         super().__init__()
+        self.rope, self.head_dim = rope, head_dim
         for name in ("cos", "sin"):
             self.register_buffer(name, torch.empty(n_positions, head_dim, dtype=dtype), persistent=False)
+        self.fill()
 
-    def fill(self, inv_freq: torch.Tensor) -> None:
-        """Compute the tables from the RoPE frequencies (float32 angles, as rope_cos_sin)."""
-        positions = torch.arange(self.cos.shape[0], device=inv_freq.device)
-        cos, sin = rope_cos_sin(positions, inv_freq, self.cos.dtype)
-        self.cos, self.sin = cos.to(self.cos.device), sin.to(self.sin.device)
+    def fill(self) -> None:
+        """Compute the tables (float32 angles, as rope_cos_sin); again after meta-device construction."""
+        if self.cos.is_meta:
+            return
+        inv_freq = rope_inv_freq(self.rope, self.head_dim).to(self.cos.device)
+        positions = torch.arange(self.cos.shape[0], device=self.cos.device)
+        self.cos, self.sin = rope_cos_sin(positions, inv_freq, self.cos.dtype)
 
     def forward(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cos[position_ids], self.sin[position_ids]  # [W, head_dim] each
@@ -182,15 +187,9 @@ class LlamaGraph(CacheOwner):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed.weight
-        self.rope = RopeTable(n_slots, cfg.head_dim, dtype)  # a position never exceeds its cache slot
+        self.rope = RopeTable(cfg.rope, n_slots, cfg.head_dim, dtype)
         self.feature_layers: tuple[int, ...] = ()
         self.to(dtype)
-        self.reset_rope()
-
-    def reset_rope(self) -> None:
-        """Fill the RoPE tables (angles in float32 whatever the dtype), also after meta-device construction."""
-        if not self.rope.cos.is_meta:
-            self.rope.fill(rope_inv_freq(self.cfg.rope, self.cfg.head_dim).to(self.rope.cos.device))
 
     def run_layers(self, input_ids, position_ids, cache_slots, attn_mask, caches=()):
         """-> (logits [W, V] float32, last hidden state [W, hidden], taps: the inputs of feature_layers)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from yggc.graphs.config import rope_inv_freq
 from yggc.graphs.llama import rope_cos_sin, rotate
 
 
@@ -62,7 +63,7 @@ def ttt_logits(head, tokens: torch.Tensor, features: torch.Tensor, k: int) -> li
     """tokens [B, T] (x_{p+1}), verifier features [B, T, F] (g_p) -> draft-vocab logits [B, T, Vd] per step."""
     T = tokens.shape[1]
     emb_n = head.input_norm(head.embed(tokens))
-    cos, sin = rope_cos_sin(torch.arange(T), head.inv_freq, emb_n.dtype)
+    cos, sin = rope_cos_sin(torch.arange(T), rope_inv_freq(head.cfg.rope, head.cfg.head_dim), emb_n.dtype)
     feature, keys, values, out = head.fuse(features), [], [], []
     for j in range(k):
         h = head_step(head, emb_n, feature, cos, sin, keys, values, j)
