@@ -46,8 +46,10 @@ def bucket_table(rt: Runtime, context: int = 256) -> list[str]:
     return lines
 
 
-def compare_decoders(decoders: dict, prompts: list[list[int]], n: int, repeats: int) -> list[str]:
-    """Markdown rows: mean accepted length, median TPOT and equality, each decoder vs the first one."""
+def compare_decoders(decoders: dict, prompts: list[list[int]], n: int, repeats: int,
+                     eos_ids: tuple[int, ...] = ()) -> list[str]:
+    """Markdown rows: mean accepted length, median TPOT and equality, each decoder vs the first one
+    (up to n tokens, or to the first of eos_ids)."""
     tpot = {k: [] for k in decoders}
     accepted = {k: [] for k in decoders}
     equal = dict.fromkeys(decoders, True)
@@ -55,7 +57,7 @@ def compare_decoders(decoders: dict, prompts: list[list[int]], n: int, repeats: 
         ref = None
         for rep in range(repeats + 1):  # round 0 warms up
             for name, dec in decoders.items():
-                out = [t for chunk in dec.stream(prompt, n, SamplingParams()) for t in chunk]
+                out = [t for chunk in dec.stream(prompt, n, SamplingParams(), eos_ids) for t in chunk]
                 ref = out if ref is None else ref
                 equal[name] &= out == ref
                 if rep:
