@@ -133,6 +133,10 @@ class CacheOwner(nn.Module):
             found = self.__dict__["_caches"] = [m for m in self.modules() if isinstance(m, KVCache)]
         return found
 
+    def cache_tensors(self) -> list[torch.Tensor]:
+        """Every layer's K/V as (k0, v0, k1, v1, ...): the trailing `caches` of a forward that takes them as inputs."""
+        return [t for cache in self.caches() for t in (cache.k, cache.v)]
+
     def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Copy the K/V at src_slots to dst_slots in every layer (KV compaction after a verify)."""
         for cache in self.caches():
@@ -220,18 +224,3 @@ class LlamaGraph(CacheOwner):
     def has_weights(self) -> bool:
         """False when built without them (graphs.load_model(weights=False)): compiled packages carry them."""
         return not self.embed.weight.is_meta
-
-
-class FeatureForward(nn.Module):
-    """A graph's forward_features as the forward of a module, for export: a verifier package that also
-    returns the feature taps of an EAGLE-3 pairing. Its constants are the graph's, named PREFIX + name."""
-
-    PREFIX = "model."  # not "graph.": an exported GraphModule's own `graph` attribute would shadow it
-
-    def __init__(self, graph: LlamaGraph):
-        super().__init__()
-        self.model = graph
-
-    def forward(self, input_ids, position_ids, cache_slots, attn_mask):
-        return self.model.forward_features(input_ids, position_ids, cache_slots, attn_mask)
-

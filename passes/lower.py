@@ -8,7 +8,8 @@ O1: one package per (model, width) bucket; weights and the KV cache stay out of 
 O2: one package per model with the width W dynamic too (1..max_width), serving every bucket of that
     model. Weights are frozen into it and packed once for Inductor's C++ GEMM template (max-autotune),
     which keeps small-W steps at the memory floor where the BLAS library's small-M GEMMs are not
-    (tools/bench_gemm_layouts.py). The phases run eagerly around it, so the weights exist once.
+    (tools/bench_gemm_layouts.py); the KV caches are its inputs (frozen_export.FrozenForward). The
+    phases run eagerly around it, so the weights exist once.
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ import torch
 from torch.export import Dim
 
 from ..graphs import LlamaGraph
-from ..graphs.llama import FeatureForward
 from ..runtime.verify_phase import GreedyVerifyPhase
+from .frozen_export import FrozenForward
 
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
 # being inlined into every consumer. Inductor's CPU default (30) inlines RoPE'd queries and attention's
@@ -73,12 +74,14 @@ def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, de
 
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
                 opt: str = "O2", features: bool = False) -> Path:
-    """graph.forward (features: graph.forward_features) at every input width 1..max_width -> one package."""
+    """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
+    in and the caches as trailing inputs -> one package."""
     width = Dim("W", min=1, max=max_width)
-    dynamic = ({0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)})
-    module = FeatureForward(graph) if features else graph
-    return compile_program(module, example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device), dynamic,
-                           out_path, opt, device)
+    caches = tuple(t.clone() for t in graph.cache_tensors())  # not the buffers themselves: no aliasing
+    dynamic = ({0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)}, tuple(None for _ in caches))
+    module = FrozenForward(graph, "forward_features" if features else "forward")
+    inputs = (*example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device), *caches)
+    return compile_program(module, inputs, dynamic, out_path, opt, device)
 
 
 def lower_draft_phase(phase: torch.nn.Module, max_seq: int, out_path: Path, device: str = "cpu",

@@ -13,14 +13,14 @@ import torch
 from torch.export import Dim
 
 from ..graphs import LlamaGraph
-from ..runtime.tensorrt_buckets import cache_tensors, require_tensorrt
+from ..runtime.tensorrt_buckets import require_tensorrt
 from .lower import example_inputs
 
 
 def export_cache_as_inputs(graph: LlamaGraph, width: int, max_seq: int, device: str
                            ) -> tuple[torch.export.ExportedProgram, tuple]:
     """graph.forward at `width` with the caches as (mutated) inputs and the cache view S dynamic."""
-    caches = tuple(c.clone() for c in cache_tensors(graph))  # not the buffers themselves: no aliasing
+    caches = tuple(c.clone() for c in graph.cache_tensors())  # not the buffers themselves: no aliasing
     inputs = (*example_inputs(width, max_seq, device), *caches)
     view = Dim("S", min=2, max=max_seq)
     program = torch.export.export(graph, inputs,

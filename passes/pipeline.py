@@ -115,6 +115,12 @@ def package_width(job: CompileJob) -> int:
     return widest
 
 
+def stores_weights(name: str, opt: str, widths: dict[str, list[int]], head: bool) -> bool:
+    """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights, unless
+    an EAGLE-3 head reads the verifier's token embedding from them at load."""
+    return not (opt == "O2" and widths[name] and not (head and name == "verifier"))
+
+
 def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
                          step) -> list[dict]:
     """O2: one package per model (lowered the first time the model is asked for) behind all its buckets."""
@@ -171,8 +177,8 @@ def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel
         return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     v, d = loaded["verifier"].graph, loaded["drafter"].graph
-    draft_runner = load_bucket(root / draft["file"], draft_phase(d, shape, v.cfg.vocab_size, job.max_seq), job.opt)
-    verify_runner = load_bucket(root / verify["file"], verify_phase(v, d, shape), job.opt)
+    draft_runner = load_bucket(root / draft["file"], draft_phase(d, shape, v.cfg.vocab_size, job.max_seq))
+    verify_runner = load_bucket(root / verify["file"], verify_phase(v, d, shape))
     return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
                                draft_phase=draft_runner, verify_phase=verify_runner)
 
@@ -263,7 +269,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     step("loaded and checked the pair")
     with BundleWriter(job.out, overwrite=job.overwrite) as w:
         for name, model in loaded.items():
-            w.copy_model_dir(model.path, name)
+            w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths, head))
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
         width = package_width(job) if job.opt == "O2" else 0
         compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width,

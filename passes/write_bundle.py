@@ -19,13 +19,14 @@ from yggc.bundle import (
     Manifest,
     environment,
     file_sha256,
-    models_from_files,
+    model_hashes,
     read_manifest_json,
     safe_relpath,
 )
 from yggc.errors import YggcError
 
-MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "*.safetensors", "*.index.json")
+MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+WEIGHT_FILES = ("*.safetensors", "*.index.json")
 OWNED = ("format_version", "yggc_version", "torch_version", "isa", "passes_hash", "files")  # the writer computes
 
 
@@ -97,8 +98,10 @@ def _hash_tree(root: Path) -> dict[str, str]:
     return files
 
 
-def _assemble(fields: Manifest | dict[str, Any], files: dict[str, str]) -> Manifest:
-    """Caller's fields + what the writer computes -> a schema-checked Manifest."""
+def _assemble(fields: Manifest | dict[str, Any], files: dict[str, str], models: dict[str, dict[str, str]]
+              ) -> Manifest:
+    """Caller's fields + what the writer computes (`models`: the hashes of the checkpoints copied in) -> a
+    schema-checked Manifest."""
     given = fields.to_dict() if isinstance(fields, Manifest) else dict(fields)
     given = {k: v for k, v in given.items() if v is not None and not (isinstance(v, (str, dict, list)) and not v)}
     if "device" not in given or "dtype" not in given:
@@ -107,9 +110,10 @@ def _assemble(fields: Manifest | dict[str, Any], files: dict[str, str]) -> Manif
     for k in OWNED:
         if k in given and given[k] != computed[k]:
             raise ValueError(f"finish() got {k}={given[k]!r} but the writer computes {computed[k]!r}; leave it out")
-    models = {name: models_from_files(files, name) for name in MODELS}
+    if set(models) != set(MODELS):
+        raise ValueError(f"copy_model_dir() the {' and '.join(MODELS)} before leaving the with block")
     if given.get("models", models) != models:
-        raise ValueError("finish() got models hashes that do not match the model files in the bundle")
+        raise ValueError("finish() got models hashes that do not match the checkpoints copied into the bundle")
     merged = {**Manifest().to_dict(), **given, **computed, "models": models}
     merged["created"] = merged["created"] or datetime.now(timezone.utc).isoformat(timespec="seconds")
     return Manifest.from_dict(merged)
@@ -124,6 +128,7 @@ class BundleWriter:
         self.root: Path | None = None
         self.manifest: Manifest | None = None  # set once the bundle is in place
         self._fields: Manifest | dict[str, Any] | None = None
+        self.models: dict[str, dict[str, str]] = {}  # name -> hashes of the checkpoint copy_model_dir copied
 
     def __enter__(self) -> BundleWriter:
         clean_stale_partials(self.out)
@@ -157,17 +162,20 @@ class BundleWriter:
         p.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
         return p
 
-    def copy_model_dir(self, src: str | Path, name: str) -> Path:
-        """Copy config.json, *.safetensors, *.index.json and tokenizer.json of checkpoint `src` to name/."""
+    def copy_model_dir(self, src: str | Path, name: str, weights: bool = True) -> Path:
+        """Copy config.json, tokenizer files and (weights=True) *.safetensors and *.index.json of checkpoint
+        `src` to name/. weights=False: compiled packages carry the weights; the manifest still records
+        the checkpoint's hashes."""
         src = Path(src)
         if not (src / "config.json").is_file() or not any(src.glob("*.safetensors")):
             raise YggcError(f"model directory {src} needs config.json and *.safetensors; pass a Hugging Face "
                             "checkpoint folder")
         dest = self.path(f"{name}/config.json").parent
-        for pattern in MODEL_FILES:
+        for pattern in MODEL_FILES + (WEIGHT_FILES if weights else ()):
             for f in sorted(src.glob(pattern)):
                 if f.is_file():
                     shutil.copyfile(f, dest / f.name)
+        self.models[name] = model_hashes(src)
         return dest
 
     def finish(self, manifest_fields: Manifest | dict[str, Any]) -> None:
@@ -177,7 +185,7 @@ class BundleWriter:
     def _commit(self) -> None:
         if self._fields is None:
             raise ValueError("BundleWriter: call finish(manifest_fields) before leaving the with block")
-        manifest = _assemble(self._fields, _hash_tree(self.root))
+        manifest = _assemble(self._fields, _hash_tree(self.root), self.models)
         with open(self.root / MANIFEST, "w", encoding="utf-8") as f:
             f.write(json.dumps(manifest.to_dict(), indent=2) + "\n")
             f.flush()

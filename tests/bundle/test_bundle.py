@@ -277,3 +277,33 @@ def test_missing_manifest_field_and_model_hash(bundle):
     del raw["isa"]
     (bundle / "manifest.json").write_text(json.dumps(raw))
     expect(bundle, "missing field 'isa'")
+
+
+O2_FIELDS = {**FIELDS, "extra": {"opt": "O2"},
+             "buckets": [{"name": f"{m}_w1", "model": m, "kind": "forward", "width": 1, "file": ARTIFACT}
+                         for m in ("verifier", "drafter")]}
+
+
+def write_weightless(tmp_path, fields):
+    src = tmp_path / "src"
+    make_model_dir(src / "verifier", 11)
+    make_model_dir(src / "drafter", 11)
+    with BundleWriter(tmp_path / "bundle") as w:
+        for name in ("verifier", "drafter"):
+            w.copy_model_dir(src / name, name, weights=False)
+        w.path(ARTIFACT).write_bytes(os.urandom(256))
+        w.finish(fields)
+    return tmp_path / "bundle", w.manifest
+
+
+def test_weights_may_live_only_in_o2_packages(tmp_path):
+    out, manifest = write_weightless(tmp_path, O2_FIELDS)
+    assert not list(out.rglob("*.safetensors")) and (out / "verifier" / "config.json").is_file()
+    assert manifest.models["verifier"] == model_hashes(tmp_path / "src" / "verifier")  # the checkpoint's hashes
+    assert validate_bundle(out).models == manifest.models
+
+
+def test_weightless_model_without_a_package_is_refused(tmp_path):
+    with pytest.raises(YggcError, match="lists no verifier/config.json or no verifier/\\*.safetensors"):
+        write_weightless(tmp_path, FIELDS)
+    assert leftovers(tmp_path) == []

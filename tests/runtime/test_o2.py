@@ -55,10 +55,10 @@ def test_float32_package_freezes_weights_shares_the_cache_and_keeps_rows_invaria
     from yggc.graphs import load_model
     from yggc.passes.lower import lower_model
 
-    from yggc.runtime.buckets import load_bucket
+    from yggc.runtime.buckets import load_forward_bucket
 
     graph, ref = load_model(pair_dirs[0], 65), load_model(pair_dirs[0], 65)
-    runner = load_bucket(lower_model(graph, 16, 64, tmp_path / "v.pt2"), graph, "O2")
+    runner = load_forward_bucket(lower_model(graph, 16, 64, tmp_path / "v.pt2"), graph, "O2")
     for i, tok in enumerate([3, 1, 4, 1, 5, 9]):
         s = torch.tensor([i])
         args = (torch.tensor([tok]), s.clone(), s.clone(), causal_rows(s, 64))
@@ -96,6 +96,28 @@ def test_tree_rows_at_scattered_slots_equal_ar_steps_bit_for_bit(o2_bundle):
         s = torch.tensor([n + j])
         step = verifier(tokens[n + j:n + j + 1], s, s.clone(), causal_rows(s, view))
         assert torch.equal(step[0], tree[j]), f"chain row {j} differs from its AR step"
+
+
+def test_bundle_keeps_weights_in_the_packages_only(o2_bundle, pair_dirs):
+    from yggc.bundle import model_hashes
+
+    rt = Runtime.load(o2_bundle)
+    assert not list(o2_bundle.rglob("*.safetensors"))  # each model's package carries its weights
+    assert rt.manifest.models == {"verifier": model_hashes(pair_dirs[0]), "drafter": model_hashes(pair_dirs[1])}
+
+
+@torch.inference_mode()
+def test_package_holds_each_weight_once(tmp_path):
+    """The packed GEMM copies replace the checkpoint's weights (KV caches are inputs, not constants)."""
+    from yggc.graphs import load_model
+    from yggc.passes.lower import lower_model
+
+    src = write_checkpoint(tmp_path / "wide", "llama_wide_vocab")
+    graph = load_model(src, 65, torch.bfloat16)
+    weights = sum(p.numel() * p.element_size() for p in graph.parameters())
+    package = lower_model(graph, 4, 64, tmp_path / "wide.pt2").stat().st_size
+    code = 4e6  # the kernels and the wrapper, a few MB whatever the weights
+    assert weights < package < weights + code, (package, weights)
 
 
 def test_one_package_per_model_weights_once_eager_phases(o2_bundle):

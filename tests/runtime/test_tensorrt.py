@@ -9,8 +9,8 @@ from yggc.passes.lower_tensorrt import export_cache_as_inputs
 from yggc.cli.main import main
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.buckets import CompiledModel
+from yggc.runtime.cache_inputs import CacheInputBucket
 from yggc.runtime.cache_layout import CacheLayout
-from yggc.runtime.tensorrt_buckets import CacheInputBucket
 from yggc.tree.sampling import SamplingParams
 
 

@@ -11,12 +11,12 @@ from .manifest import (
     Manifest,
     environment,
     load_manifest,
-    models_from_files,
     read_manifest_json,
     safe_relpath,
+    weights_in_bundle,
 )
 from .validate import check_environment, check_files, validate_bundle
 
 __all__ = ["ARTIFACTS", "FORMAT_VERSION", "MANIFEST", "MODELS", "Manifest", "check_environment", "check_files",
            "dtype_name", "environment", "file_sha256", "isa_fingerprint", "load_manifest", "model_hashes",
-           "models_from_files", "passes_hash", "read_manifest_json", "safe_relpath", "validate_bundle"]
+           "passes_hash", "read_manifest_json", "safe_relpath", "validate_bundle", "weights_in_bundle"]

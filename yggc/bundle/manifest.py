@@ -1,7 +1,8 @@
 """Graph bundles on disk: manifest.json, its strict schema, and reading it.
 
 A bundle is a directory: manifest.json (first field format_version), verifier/ and drafter/
-(config.json, *.safetensors, tokenizer.json), artifacts/*.pt2, profile.json and plan.json.
+(config.json, tokenizer.json and *.safetensors, the weights, unless the model's O2 package carries
+them), artifacts/*.pt2, profile.json and plan.json.
 Only JSON is read here and nothing is unpickled. Every check fails with a YggcError of one line that
 names the field, the bundle's value and the fix.
 """
@@ -129,14 +130,25 @@ def safe_relpath(rel: str) -> bool:
             and ".." not in p.parts and p.as_posix() == rel)
 
 
-def models_from_files(files: dict[str, str], name: str) -> dict[str, str]:
-    """The models[name] entry implied by the files a manifest lists under name/."""
-    weights = {rel[len(name) + 1:]: h for rel, h in files.items()
+def weights_in_bundle(m: Manifest, name: str) -> bool:
+    """Whether name/ holds the model's weights; an O2 bundle may carry them in the model's package only."""
+    return any(rel.startswith(name + "/") and rel.endswith(".safetensors") for rel in m.files)
+
+
+def frozen_into_package(m: Manifest, name: str) -> bool:
+    return m.extra.get("opt") == "O2" and any(b.get("model") == name and b.get("kind") == "forward"
+                                              for b in m.buckets)
+
+
+def _check_model_files(m: Manifest, name: str) -> None:
+    """models[name] names the checkpoint name/ was copied from: its config and, if copied, its weights."""
+    weights = {rel[len(name) + 1:]: h for rel, h in m.files.items()
                if rel.startswith(name + "/") and rel.endswith(".safetensors") and rel.count("/") == 1}
-    config = files.get(f"{name}/config.json")
-    if config is None or not weights:
+    config = m.files.get(f"{name}/config.json")
+    if config is None or (not weights and not frozen_into_package(m, name)):
         raise YggcError(f"bundle manifest.json lists no {name}/config.json or no {name}/*.safetensors; {DAMAGED}")
-    return {"sha256": weights_sha256(weights), "config": config}
+    if m.models[name]["config"] != config or (weights and m.models[name]["sha256"] != weights_sha256(weights)):
+        raise YggcError(f"bundle manifest.json models.{name} does not match the {name}/ files it lists; {DAMAGED}")
 
 
 def _check_consistency(m: Manifest) -> None:
@@ -148,8 +160,7 @@ def _check_consistency(m: Manifest) -> None:
             raise YggcError(f"bundle bucket {b['name']!r} names file {b['file']}, which manifest.json does not list; "
                             f"{DAMAGED}")
     for name in MODELS:
-        if m.models[name] != models_from_files(m.files, name):
-            raise YggcError(f"bundle manifest.json models.{name} does not match the {name}/ files it lists; {DAMAGED}")
+        _check_model_files(m, name)
 
 
 def _bundle_dir(path: str | Path) -> Path:

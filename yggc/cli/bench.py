@@ -84,6 +84,9 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
         drafter = None if args.model_draft is None else models.model_dir(args.model_draft)
         return models.model_dir(args.model), drafter
     if args.bundle is not None:
+        if not any((args.bundle / "verifier").glob("*.safetensors")):
+            raise YggcError(f"{args.bundle} keeps the verifier's weights only in its compiled package (O2), and the "
+                            "baseline rows need them; pass the checkpoints too: -m VERIFIER -md DRAFTER")
         return args.bundle / "verifier", args.bundle / "drafter"
     if not args.quick and all((BENCH_PAIR / r / "config.json").exists() for r in ("verifier", "drafter")):
         return BENCH_PAIR / "verifier", BENCH_PAIR / "drafter"

@@ -2,9 +2,10 @@
 
 A bucket is one model at one input width W, served by an AOTInductor package (.pt2) with the cache
 view length S dynamic. O1 packages hold one width and no weights: every bucket of a model shares the
-model's parameters. An O2 package serves every width of its model with its weights frozen inside.
-Either way the static KV cache is the model's own buffer (loaded as a user-managed constant), so a
-write by one bucket is seen by all.
+model's parameters, and the static KV cache is the model's own buffer (loaded as a user-managed
+constant). An O2 package serves every width of its model with its weights frozen inside and takes the
+KV caches as inputs (CacheInputBucket), as TensorRT buckets do. Either way every bucket reads and
+writes the one cache the model owns.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from pathlib import Path
 import torch
 
 from ..errors import YggcError
-from ..graphs.llama import FeatureForward
+from .cache_inputs import CacheInputBucket
 from .cache_layout import VIEW_ALIGN
 from .cuda_graphs import CudaGraphRunner
+from .file_pages import pages_out_after
 from .trace import NoTrace
 
 
@@ -30,28 +32,26 @@ def graph_constants(graph: torch.nn.Module) -> dict[str, torch.Tensor]:
     return consts
 
 
-def load_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", prefix: str = ""):
-    """Load a package and bind it to `graph`'s tensors before it can ever be called (the package names
-    them `prefix` + the graph's name when it was exported from a module around the graph).
-
-    O1 packages get every weight and buffer; O2 packages carry frozen weights and get the buffers
-    (the KV cache) only, so all buckets still read and write one cache."""
-    consts = {prefix + n: t for n, t in graph_constants(graph).items()}
-    on_gpu = any(t.is_cuda for t in consts.values())
+def load_package(path: Path, on_gpu: bool = False):
+    """The package at `path`, its library's pages given back once its constants are copied out."""
     try:  # single-threaded runners do no event bookkeeping, which a CUDA graph capture would not allow
-        runner = torch._inductor.aoti_load_package(str(path), run_single_threaded=on_gpu)
+        with pages_out_after():
+            return torch._inductor.aoti_load_package(str(path), run_single_threaded=on_gpu)
     except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
         raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
-    names = runner.get_constant_fqns()
-    if opt == "O2":
-        buffers = {prefix + n for n, _ in graph.named_buffers(remove_duplicate=False)}
-        names = [n for n in names if n in buffers]
-    missing = [n for n in names if n not in consts]
+
+
+def load_bucket(path: Path, graph: torch.nn.Module):
+    """Load a package that takes its weights and buffers from `graph` and bind them before it can ever be
+    called (calling it unbound would crash the process)."""
+    consts = graph_constants(graph)
+    runner = load_package(path, any(t.is_cuda for t in consts.values()))
+    missing = [n for n in runner.get_constant_fqns() if n not in consts]
     if missing:
         raise YggcError(f"compiled bucket {path.name} expects tensor {missing[0]!r} the model lacks; "
                         "re-run `yggc compile`")
-    # Calling the package before its constants are bound would crash the process, hence here, at once.
-    runner.load_constants({n: consts[n] for n in names}, check_full_update=opt == "O1", user_managed=True)
+    runner.load_constants({n: consts[n] for n in runner.get_constant_fqns()}, check_full_update=True,
+                          user_managed=True)
     return runner
 
 
@@ -71,20 +71,21 @@ def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGra
     return graphed
 
 
-def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor",
-                        features: bool = False):
+def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor"):
     if backend == "tensorrt":
         from .tensorrt_buckets import load_tensorrt_bucket  # imports torch_tensorrt: only when asked for
 
         return load_tensorrt_bucket(path, graph)
-    return load_bucket(path, graph, opt, FeatureForward.PREFIX if features else "")
+    if opt == "O2":  # weights frozen in, caches as inputs: nothing to bind
+        return CacheInputBucket(load_package(path, next(graph.buffers()).is_cuda), graph)
+    return load_bucket(path, graph)
 
 
 class CompiledModel:
     """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise).
 
-    features=True: its packages were lowered from FeatureForward (an O2 verifier paired with an EAGLE-3
-    head) and return (logits, features); the forward keeps the logits, forward_features both."""
+    features=True: its packages were lowered from the graph's forward_features (an O2 verifier paired with
+    an EAGLE-3 head) and return (logits, features); the forward keeps the logits, forward_features both."""
 
     def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
                  backend: str = "inductor", package_width: int = 0, features: bool = False):
@@ -101,7 +102,7 @@ class CompiledModel:
         is loaded once."""
         for w, path in sorted(packages.items()):
             if path not in self.packages:
-                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend, self.features)
+                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend)
             run = self.packages[path]
             if self.package_width:
                 self.any_width = run

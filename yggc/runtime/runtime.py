@@ -110,10 +110,10 @@ class Runtime:
             shape = TreeShape(b.get("depth", 1), b.get("width", 1), b.get("verify", 1))
             if b["kind"] == "draft_phase":
                 phase = drafters.draft_phase(d, shape, v.cfg.vocab_size, manifest.max_seq)
-                rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase, opt)
+                rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase)
             if b["kind"] == "verify_phase":
                 phase = drafters.verify_phase(v, d, shape)
-                rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase, opt)
+                rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase)
         return rt
 
     def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block",

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..errors import YggcError
+from .cache_inputs import CacheInputBucket
 
 
 def require_tensorrt():
@@ -25,21 +26,6 @@ def require_tensorrt():
         raise YggcError(f"--backend tensorrt needs torch-tensorrt with a CUDA build of torch ({e}); "
                         "`pip install 'yggc[tensorrt]'` on a GPU machine, or use --backend inductor") from None
     return torch_tensorrt
-
-
-def cache_tensors(graph: nn.Module) -> list[torch.Tensor]:
-    """The K/V cache of every layer as (k0, v0, k1, v1, ...), the bucket's trailing inputs."""
-    return [t for cache in graph.caches() for t in (cache.k, cache.v)]
-
-
-class CacheInputBucket:
-    """A loaded package whose K/V caches are inputs, bound to the model's own cache tensors."""
-
-    def __init__(self, runner, graph: nn.Module):
-        self.runner, self.caches = runner, cache_tensors(graph)
-
-    def __call__(self, ids, pos, slots, mask) -> torch.Tensor:
-        return self.runner(ids, pos, slots, mask, *self.caches)
 
 
 def load_tensorrt_bucket(path: Path, graph: nn.Module) -> CacheInputBucket:
