@@ -7,6 +7,7 @@ from yggc.graphs import load_model
 from yggc.passes.lower_tensorrt import export_cache_as_inputs
 
 from yggc.cli.main import main
+from yggc.runtime.aoti_package import Package
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_inputs import CacheInputBucket
@@ -25,7 +26,7 @@ def test_cache_input_bucket_shares_the_models_cache(tmp_path):
     program, _ = export_cache_as_inputs(graph, 1, layout.max_seq, "cpu")
     package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "w1.pt2"))
     model = CompiledModel(graph, {})
-    model.runners = {1: CacheInputBucket(torch._inductor.aoti_load_package(package), graph)}
+    model.runners = {1: CacheInputBucket(Package(package), graph)}
     prompt = [7, 3, 99, 12, 5]
     # prefill runs eagerly on the cache buffers; every decode step runs the package on the same tensors
     assert greedy(model, layout, prompt, 24) == greedy(graph, layout, prompt, 24)

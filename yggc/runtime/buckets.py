@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from ..errors import YggcError
+from .aoti_package import load_package
 from .cache_inputs import CacheInputBucket
 from .cache_layout import VIEW_ALIGN
 from .cuda_graphs import CudaGraphRunner
-from .file_pages import pages_out_after
 from .trace import NoTrace
 
 
@@ -30,15 +30,6 @@ def graph_constants(graph: torch.nn.Module) -> dict[str, torch.Tensor]:
     consts = dict(graph.named_parameters(remove_duplicate=False))
     consts.update(graph.named_buffers(remove_duplicate=False))
     return consts
-
-
-def load_package(path: Path, on_gpu: bool = False):
-    """The package at `path`, its library's pages given back once its constants are copied out."""
-    try:  # single-threaded runners do no event bookkeeping, which a CUDA graph capture would not allow
-        with pages_out_after():
-            return torch._inductor.aoti_load_package(str(path), run_single_threaded=on_gpu)
-    except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
-        raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
 
 
 def load_bucket(path: Path, graph: torch.nn.Module):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,17 +31,6 @@ from .detokenize import StreamDecoder
 from .device import resolve_device
 from .request_lock import RequestLock
 from .stats import DecodeStats
-
-
-@contextmanager
-def trusted_cpu_isa():
-    """Inductor's package loader probes the CPU's vector ISA by compiling and dlopen-ing test programs
-    (1.3 s before the first token). validate_bundle has already matched the ISA the buckets were
-    compiled for against this machine's, so the loader may take the ISA as working."""
-    import torch._inductor.config as inductor_config
-
-    with inductor_config.patch({"cpp.vec_isa_ok": True}):
-        yield
 
 
 @dataclass
@@ -90,8 +79,7 @@ class Runtime:
             raise YggcError(f"{path}: manifest.json records drafter {recorded}, its drafter/ folder holds "
                             f"{drafters.drafter_record(drafter.graph)}; re-run `yggc compile`")
         loaded = {"verifier": verifier, "drafter": drafter}
-        with trusted_cpu_isa():
-            return cls._load_buckets(path, manifest, loaded)
+        return cls._load_buckets(path, manifest, loaded)
 
     @classmethod
     def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, models.LoadedModel]) -> Runtime:

@@ -4,7 +4,7 @@ A TensorRT engine holds its weights but cannot share a mutable buffer with other
 bucket takes every layer's K/V cache as explicit inputs (`LlamaGraph.forward(..., *caches)`) and
 writes them in place: all buckets of a model, and the Inductor draft/verify phases, still read and
 write the one cache the runtime owns. Packages are saved in
-torch-tensorrt's AOTInductor format, so they load through `aoti_load_package` like Inductor
+torch-tensorrt's AOTInductor format, so they load through the package loader (aoti_package.py) like Inductor
 buckets once `torch_tensorrt` is imported (it registers the engine-execution op).
 Unverified here: written to the documented torch-tensorrt API, tested only where CUDA exists.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from ..errors import YggcError
+from .aoti_package import load_package
 from .cache_inputs import CacheInputBucket
 
 
@@ -30,8 +30,4 @@ def require_tensorrt():
 
 def load_tensorrt_bucket(path: Path, graph: nn.Module) -> CacheInputBucket:
     require_tensorrt()  # registers the engine op the package calls
-    try:
-        runner = torch._inductor.aoti_load_package(str(path), run_single_threaded=True)  # CUDA-graph capturable
-    except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
-        raise YggcError(f"TensorRT bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
-    return CacheInputBucket(runner, graph)
+    return CacheInputBucket(load_package(path, run_single_threaded=True), graph)  # CUDA-graph capturable

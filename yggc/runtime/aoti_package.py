@@ -1,0 +1,50 @@
+"""An AOTInductor package (.pt2) loaded through torch's C++ package loader directly.
+
+`torch._inductor.aoti_load_package` does the same but imports Inductor and Dynamo first (0.9 s before
+the first token), probes the CPU's vector ISA by compiling test programs, and re-reads the call spec
+and flattens the inputs with pytree on every call (about 45 us, 6% of a SmolLM2 drafter step).
+validate_bundle has already matched the ISA the packages were compiled for against this machine's,
+and every caller passes its tensors positionally, so none of that is needed here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..errors import YggcError
+from .file_pages import pages_out_after
+
+MODEL_NAME = "model"  # the name aoti_compile_and_package gives the one model in a package
+
+
+class Package:
+    def __init__(self, path: str | Path, run_single_threaded: bool = False):
+        # Linux hands out AMX tile state only to a process that asks for it; Inductor's ISA probe asks as a
+        # side effect, and a package with AMX kernels run without it dies of SIGILL. False without AMX.
+        torch.cpu._init_amx()
+        self.loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, run_single_threaded, 1, -1)
+        self.out_spec = pytree.treespec_loads(self.loader.get_call_spec()[1])
+        self.one_output = self.out_spec.is_leaf()
+
+    def __call__(self, *tensors: torch.Tensor):
+        out = self.loader.boxed_run(list(tensors))
+        return out[0] if self.one_output else pytree.tree_unflatten(out, self.out_spec)
+
+    def get_constant_fqns(self) -> list[str]:
+        return self.loader.get_constant_fqns()
+
+    def load_constants(self, constants: dict[str, torch.Tensor], check_full_update: bool,
+                       user_managed: bool = False) -> None:
+        self.loader.load_constants(constants, False, check_full_update, user_managed)
+
+
+def load_package(path: Path, run_single_threaded: bool = False) -> Package:
+    """The package at `path`, its library's pages given back once its constants are copied out.
+    run_single_threaded: no event bookkeeping per call, which a CUDA graph capture would not allow."""
+    try:
+        with pages_out_after():
+            return Package(path, run_single_threaded)
+    except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
+        raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None
