@@ -35,10 +35,13 @@ def prompt_texts(path: Path | None, n: int) -> list[str]:
 
 
 def bundle_shapes(args, shapes: list[TreeShape], texts: list[str]) -> None:
-    """Forced shapes through one bundle's compiled packages (any width an O2 package takes) vs its compiled AR."""
+    """The bundle's own plan and forced shapes through its compiled packages (any width an O2 package takes)
+    vs its compiled AR."""
     rt = Runtime.load(args.bundle)
     prompts = [rt.encode(t) for t in texts]
-    decoders = {"compiled AR": rt.decoder(speculative=False)} | {label(s): rt.decoder(shape=s) for s in shapes}
+    plan = f"bundle plan: {label(rt.shape)}{' + depth predictor' if rt.policy else ''}"
+    decoders = {"compiled AR": rt.decoder(speculative=False), plan: rt.decoder()}
+    decoders |= {label(s): rt.decoder(shape=s) for s in shapes}
     eos = rt.verifier.eos_ids if args.stop_at_eos else ()
     print(f"{args.bundle}; {len(prompts)} held-out prompts x {args.n} tokens x {args.repeats} repeats"
           f"{' (or to the end of turn)' if eos else ''}, {args.threads} thread(s), compiled, greedy")
