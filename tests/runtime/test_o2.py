@@ -176,3 +176,13 @@ def test_calibrated_o2_bundle_trains_and_loads_its_depth_predictor(pair_dirs, tm
     prompt = list(range(5, 17))
     ref = rt.generate(prompt, 30, decoder=rt.decoder(speculative=False)).tokens
     assert rt.generate(prompt, 30, decoder=rt.decoder(speculative=True)).tokens == ref
+
+
+def test_bench_of_a_weightless_bundle_asks_for_the_checkpoints(o2_bundle, capsys):
+    from yggc.cli.main import main
+
+    capsys.readouterr()
+    code = main(["bench", "--bundle", str(o2_bundle), "--rows", "yggc-ar-compiled"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert "keeps the verifier's weights only in its compiled package" in err[0] and "-m VERIFIER -md DRAFTER" in err[0]

@@ -75,6 +75,7 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
     from ..bench.config import BENCH_PAIR
+    from ..bundle import load_manifest, weights_in_bundle
     from ..errors import YggcError
     from ..runtime import models
 
@@ -84,7 +85,7 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
         drafter = None if args.model_draft is None else models.model_dir(args.model_draft)
         return models.model_dir(args.model), drafter
     if args.bundle is not None:
-        if not any((args.bundle / "verifier").glob("*.safetensors")):
+        if not weights_in_bundle(load_manifest(args.bundle), "verifier"):
             raise YggcError(f"{args.bundle} keeps the verifier's weights only in its compiled package (O2), and the "
                             "baseline rows need them; pass the checkpoints too: -m VERIFIER -md DRAFTER")
         return args.bundle / "verifier", args.bundle / "drafter"
