@@ -20,7 +20,7 @@ CONFIGS = {
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
     "llama_wide_vocab": dict(model_type="llama", vocab_size=8192, hidden_size=256, intermediate_size=256,
                              num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
-                             tie_word_embeddings=False),  # weights (bf16 9 MB) outweigh a package's code
+                             tie_word_embeddings=False),  # weights (fp32 18 MB) outweigh a package's code
     "llama_tied_llama3": dict(model_type="llama", vocab_size=320, hidden_size=64, intermediate_size=128,
                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
                               tie_word_embeddings=True,

@@ -8,6 +8,11 @@ import pytest
 from yggc.runtime.file_pages import file_mappings, page_out, pages_out_after
 
 
+def kernel_version() -> tuple[int, int]:
+    major, minor = os.uname().release.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps and madvise are Linux's")
 def test_pages_out_the_files_mapped_in_the_block_and_keeps_their_contents(tmp_path):
     data = os.urandom(1 << 20)
@@ -17,6 +22,9 @@ def test_pages_out_the_files_mapped_in_the_block_and_keeps_their_contents(tmp_pa
         assert mapped[:] == data  # every page resident
     ours = {m for m in file_mappings() if m[2] == str(tmp_path / "lib.bin")}
     assert ours and sum(end - start for start, end, _ in ours) >= len(data)
-    assert page_out(ours) >= len(data)  # the kernel took the hint for the whole mapping
+    if kernel_version() >= (5, 4):  # MADV_PAGEOUT's first kernel; older ones refuse the hint, harmlessly
+        assert page_out(ours) >= len(data)  # the kernel took the hint for the whole mapping
+    else:
+        page_out(ours)
     assert mapped[:] == data  # pages read back from the file
     mapped.close()
