@@ -111,12 +111,30 @@ def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLay
     return out
 
 
+def context_cost(model, widths: list[int], layout: CacheLayout, repeats: int) -> dict:
+    """The verifier's step at its narrowest and widest bucket with the profile's context and with the cache
+    nearly full. The weights cost the same at both, so the difference is attention over the longer cache
+    view and its mask: `attention_share` is the part of the long-context step that grows with the context,
+    extrapolated linearly to zero context."""
+    short, long = profile_context(layout), layout.max_seq - 1  # rows past the cache share its last slot
+    ms, share = {}, {}
+    for w in sorted({min(widths), max(widths)}):
+        at_short, at_long = (bucket_latency_ms(model, w, layout, c, repeats) for c in (short, long))
+        per_token = max(0.0, at_long - at_short) / (long - short)
+        ms[str(w)] = [at_short, at_long]
+        share[str(w)] = min(1.0, per_token * long / at_long)
+    return {"contexts": [short, long], "ms": ms, "attention_share": share}
+
+
 def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
                    repeats: int = 20, progress=None, decoder: SpeculativeDecoder | None = None,
                    measured: dict[str, dict] | None = None) -> dict:
     context = profile_context(layout)
     out = {"schema": PROFILE_SCHEMA, "context": context,
            "models": profile_forward(models, widths, layout, repeats, progress, measured)}
+    verifier_widths = widths["verifier"]
+    if verifier_widths:
+        out["context_ms"] = context_cost(models["verifier"], verifier_widths, layout, repeats)
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
     if decoder is not None:
         out["phase_ms"] = phase_latency_ms(decoder, context, repeats)

@@ -205,6 +205,12 @@ def test_profile_follows_schema(bundle):
         widths = {int(w) for w in entry["bucket_ms"]}
         assert widths == {b["width"] for b in json.loads((bundle / "manifest.json").read_text())["buckets"]
                           if b["model"] == name and b["kind"] == "forward"}
+    context = profile["context_ms"]
+    verifier_widths = sorted(int(w) for w in profile["models"]["verifier"]["bucket_ms"])
+    max_seq = json.loads((bundle / "manifest.json").read_text())["max_seq"]
+    assert context["contexts"] == [profile["context"], max_seq - 1]
+    assert set(context["ms"]) == set(context["attention_share"]) == {str(verifier_widths[0]), str(verifier_widths[-1])}
+    assert all(0 <= v <= 1 for v in context["attention_share"].values())
     assert set(profile["host_ms"]) == {"prune", "tree_mask", "accept_greedy", "compact_kv"}
     assert set(profile["phase_ms"]) == {"draft", "verify"}
 

@@ -34,6 +34,11 @@ def print_profile(profile: dict) -> None:
         print(f"  {name} buckets: {widths}")
         c = entry["cost_curve"]
         print(f"  {name} cost curve: T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x max(0, W - {c['knee']:g})")
+    context = profile.get("context_ms", {})
+    for w, (at_short, at_long) in context.get("ms", {}).items():
+        share = context["attention_share"][w]
+        print(f"  verifier W={w}: {at_short:.3f} ms at {context['contexts'][0]} cached tokens, {at_long:.3f} ms at "
+              f"{context['contexts'][1]} (attention over the cache: {share:.0%} of that step)")
     for phase, ms in profile.get("phase_ms", {}).items():
         print(f"  {phase} phase (one call): {ms:.3f} ms")
     for stage, ms in profile.get("host_ms", {}).items():
