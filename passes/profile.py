@@ -111,15 +111,15 @@ def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLay
     return out
 
 
-def context_cost(model, widths: list[int], layout: CacheLayout, repeats: int) -> dict:
-    """The verifier's step at its narrowest and widest bucket with the profile's context and with the cache
-    nearly full. The weights cost the same at both, so the difference is attention over the longer cache
-    view and its mask: `attention_share` is the part of the long-context step that grows with the context,
-    extrapolated linearly to zero context."""
+def context_cost(model, bucket_ms: dict[str, float], layout: CacheLayout, repeats: int) -> dict:
+    """The verifier's narrowest and widest bucket again with the cache nearly full, beside their times at the
+    profile's context (`bucket_ms`, from profile_forward). The weights cost the same at both, so the
+    difference is attention over the longer cache view and its mask: `attention_share` is the part of the
+    long-context step that grows with the context, extrapolated linearly to zero context."""
     short, long = profile_context(layout), layout.max_seq - 1  # rows past the cache share its last slot
     ms, share = {}, {}
-    for w in sorted({min(widths), max(widths)}):
-        at_short, at_long = (bucket_latency_ms(model, w, layout, c, repeats) for c in (short, long))
+    for w in sorted({min(map(int, bucket_ms)), max(map(int, bucket_ms))}):
+        at_short, at_long = bucket_ms[str(w)], bucket_latency_ms(model, w, layout, long, repeats)
         per_token = max(0.0, at_long - at_short) / (long - short)
         ms[str(w)] = [at_short, at_long]
         share[str(w)] = min(1.0, per_token * long / at_long)
@@ -132,9 +132,8 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
     context = profile_context(layout)
     out = {"schema": PROFILE_SCHEMA, "context": context,
            "models": profile_forward(models, widths, layout, repeats, progress, measured)}
-    verifier_widths = widths["verifier"]
-    if verifier_widths:
-        out["context_ms"] = context_cost(models["verifier"], verifier_widths, layout, repeats)
+    if "verifier" in out["models"]:
+        out["context_ms"] = context_cost(models["verifier"], out["models"]["verifier"]["bucket_ms"], layout, repeats)
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
     if decoder is not None:
         out["phase_ms"] = phase_latency_ms(decoder, context, repeats)

@@ -17,6 +17,7 @@ T0 = time.perf_counter()
 import torch  # noqa: E402
 
 import yggc  # noqa: E402
+from yggc.bench.floor import weight_bytes  # noqa: E402
 
 IMPORTED_S = time.perf_counter() - T0
 
@@ -30,15 +31,6 @@ def rss_mb() -> int:
 
 def peak_rss_mb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
-
-
-def weight_bytes(rt: yggc.Runtime) -> int:
-    """bf16/fp32 bytes of both models' parameters as the checkpoints define them (shapes from the configs)."""
-    total = 0
-    for graph in (rt.verifier.graph, rt.drafter.graph):
-        unique = {id(p): p for p in graph.parameters()}
-        total += sum(p.numel() * p.element_size() for p in unique.values())
-    return total
 
 
 def main() -> None:
@@ -60,7 +52,7 @@ def main() -> None:
     first_token_s = time.perf_counter() - t
     n = sum(1 for _ in steps)
     on_disk = sum(p.stat().st_size for p in args.bundle.rglob("*") if p.is_file())
-    weights = weight_bytes(rt)
+    weights = weight_bytes(rt.verifier.graph) + weight_bytes(rt.drafter.graph)  # tied weights once
     print(json.dumps({
         "bundle_mb": round(on_disk / 1e6, 1), "weights_mb": round(weights / 1e6, 1),
         "bundle_over_weights": round(on_disk / weights, 3),

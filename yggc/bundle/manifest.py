@@ -130,9 +130,15 @@ def safe_relpath(rel: str) -> bool:
             and ".." not in p.parts and p.as_posix() == rel)
 
 
+def _weight_files(m: Manifest, name: str) -> dict[str, str]:
+    """{file name: sha256} of the safetensors the manifest lists directly under name/."""
+    return {rel[len(name) + 1:]: h for rel, h in m.files.items()
+            if rel.startswith(name + "/") and rel.endswith(".safetensors") and rel.count("/") == 1}
+
+
 def weights_in_bundle(m: Manifest, name: str) -> bool:
     """Whether name/ holds the model's weights; an O2 bundle may carry them in the model's package only."""
-    return any(rel.startswith(name + "/") and rel.endswith(".safetensors") for rel in m.files)
+    return bool(_weight_files(m, name))
 
 
 def frozen_into_package(m: Manifest, name: str) -> bool:
@@ -142,8 +148,7 @@ def frozen_into_package(m: Manifest, name: str) -> bool:
 
 def _check_model_files(m: Manifest, name: str) -> None:
     """models[name] names the checkpoint name/ was copied from: its config and, if copied, its weights."""
-    weights = {rel[len(name) + 1:]: h for rel, h in m.files.items()
-               if rel.startswith(name + "/") and rel.endswith(".safetensors") and rel.count("/") == 1}
+    weights = _weight_files(m, name)
     config = m.files.get(f"{name}/config.json")
     if config is None or (not weights and not frozen_into_package(m, name)):
         raise YggcError(f"bundle manifest.json lists no {name}/config.json or no {name}/*.safetensors; {DAMAGED}")
