@@ -1,5 +1,6 @@
 """What a bundle costs before and while it decodes: its size on disk against its weights, `Runtime.load`
-time, time to the first token, and the process's RSS after load and at its peak.
+time, time to the first token (of a chat answer when the model has a chat template), and the process's
+RSS after load and at its peak.
 
     python tools/bench_load.py BUNDLE [--prompt "Write a haiku about rust."] [-n 64] [--threads 2]
 
@@ -47,7 +48,8 @@ def main() -> None:
     rt = yggc.Runtime.load(args.bundle)
     load_s = time.perf_counter() - t
     rss_loaded = rss_mb()
-    steps = rt.stream_tokens(messages=[{"role": "user", "content": args.prompt}], max_new_tokens=args.n)
+    chat = {"messages": [{"role": "user", "content": args.prompt}]} if rt.verifier.chat else {"prompt": args.prompt}
+    steps = rt.stream_tokens(max_new_tokens=args.n, **chat)
     next(steps)
     first_token_s = time.perf_counter() - t
     n = sum(1 for _ in steps)
