@@ -89,12 +89,37 @@ def to_graph_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, t
         out[q + "attn.wo.weight"] = take(p + "self_attn.o_proj.weight")
         if cfg.o_bias:
             out[q + "attn.wo.bias"] = take(p + "self_attn.o_proj.bias")
-        mlp = [p + "mlp.gate_proj", p + "mlp.up_proj"]
-        out[q + "mlp.w13.weight"] = torch.cat([take(n + ".weight") for n in mlp])
-        out[q + "mlp.w2.weight"] = take(p + "mlp.down_proj.weight")
-        if cfg.mlp_bias:
-            out[q + "mlp.w13.bias"] = torch.cat([take(n + ".bias") for n in mlp])
-            out[q + "mlp.w2.bias"] = take(p + "mlp.down_proj.bias")
+        out.update(_feed_forward_state(take, cfg, i))
+    return out
+
+
+def _gated_mlp_state(take, src: tuple[str, str, str], dst: str, bias: bool = False) -> dict[str, torch.Tensor]:
+    """HF (gate, up, down) projection names -> a GatedMLP's fused w13 (gate | up) and w2 at `dst`."""
+    gate, up, down = src
+    out = {dst + "w13.weight": torch.cat([take(gate + ".weight"), take(up + ".weight")]),
+           dst + "w2.weight": take(down + ".weight")}
+    if bias:
+        out[dst + "w13.bias"] = torch.cat([take(gate + ".bias"), take(up + ".bias")])
+        out[dst + "w2.bias"] = take(down + ".bias")
+    return out
+
+
+def _feed_forward_state(take, cfg: ModelConfig, i: int) -> dict[str, torch.Tensor]:
+    """Layer i's feed-forward: a dense MLP, or a router + experts (+ Qwen2-MoE's gated shared expert)."""
+    p, q = f"layers.{i}.", f"layers.{i}.mlp."
+    proj = ("gate_proj", "up_proj", "down_proj")
+    if cfg.moe is None or i not in cfg.moe.sparse_layers:
+        return _gated_mlp_state(take, tuple(p + "mlp." + n for n in proj), q, cfg.mlp_bias)
+    if cfg.model_type == "mixtral":
+        src, proj = p + "block_sparse_moe.", ("w1", "w3", "w2")
+    else:
+        src = p + "mlp."
+    out = {q + "router.weight": take(src + "gate.weight")}
+    for j in range(cfg.moe.n_experts):
+        out.update(_gated_mlp_state(take, tuple(f"{src}experts.{j}.{n}" for n in proj), f"{q}experts.{j}."))
+    if cfg.moe.shared_expert_size:
+        out.update(_gated_mlp_state(take, tuple(src + "shared_expert." + n for n in proj), q + "shared."))
+        out[q + "shared_gate.weight"] = take(src + "shared_expert_gate.weight")
     return out
 
 

@@ -1,7 +1,8 @@
 """Model configuration for the Llama family, parsed from a Hugging Face `config.json`.
 
 Covers Llama 1/2/3, Mistral, Qwen2/2.5 (qkv bias), SmolLM and TinyLlama: they share one graph and
-differ only in the fields below.
+differ only in the fields below. Mixtral and Qwen2-MoE are the same graph with a sparse feed-forward
+(MoeConfig) in some or all layers.
 """
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+DENSE_MODEL_TYPES = ("llama", "mistral", "qwen2")
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe")
+SUPPORTED_MODEL_TYPES = DENSE_MODEL_TYPES + MOE_MODEL_TYPES
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -26,6 +29,34 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """A sparse feed-forward: each token runs the top_k of n_experts experts (gated MLPs of expert_size),
+    mixed by the router's softmax probabilities (renormalised over the top k when norm_topk_prob), plus, for
+    Qwen2-MoE, one always-on shared expert scaled by sigmoid(shared gate). Layers not in sparse_layers
+    keep a dense MLP of ModelConfig.intermediate_size."""
+
+    n_experts: int
+    top_k: int
+    expert_size: int
+    norm_topk_prob: bool
+    sparse_layers: tuple[int, ...]
+    shared_expert_size: int = 0
+
+    @classmethod
+    def from_hf(cls, cfg: dict, n_layers: int) -> MoeConfig:
+        if cfg["model_type"] == "mixtral":
+            return cls(n_experts=int(cfg["num_local_experts"]), top_k=int(cfg["num_experts_per_tok"]),
+                       expert_size=int(cfg["intermediate_size"]), norm_topk_prob=True,
+                       sparse_layers=tuple(range(n_layers)))
+        step, dense = int(cfg.get("decoder_sparse_step", 1)), set(cfg.get("mlp_only_layers") or ())
+        n_experts = int(cfg["num_experts"])
+        sparse = tuple(i for i in range(n_layers) if i not in dense and n_experts > 0 and (i + 1) % step == 0)
+        return cls(n_experts=n_experts, top_k=int(cfg["num_experts_per_tok"]),
+                   expert_size=int(cfg["moe_intermediate_size"]), norm_topk_prob=bool(cfg.get("norm_topk_prob")),
+                   sparse_layers=sparse, shared_expert_size=int(cfg.get("shared_expert_intermediate_size") or 0))
 
 
 @dataclass(frozen=True)
@@ -47,6 +78,7 @@ class ModelConfig:
     rope: RopeConfig = field(default_factory=RopeConfig)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    moe: MoeConfig | None = None
 
     @classmethod
     def from_hf(cls, cfg: dict, where: str = "config.json") -> ModelConfig:
@@ -64,25 +96,28 @@ class ModelConfig:
             hidden = int(cfg["hidden_size"])
             head_dim = cfg.get("head_dim") or hidden // n_heads
             attention_bias = bool(cfg.get("attention_bias", False))
+            qwen = model_type in ("qwen2", "qwen2_moe")
+            n_layers = int(cfg["num_hidden_layers"])
             return cls(
                 model_type=model_type,
                 vocab_size=int(cfg["vocab_size"]),
                 hidden_size=hidden,
                 intermediate_size=int(cfg["intermediate_size"]),
-                n_layers=int(cfg["num_hidden_layers"]),
+                n_layers=n_layers,
                 n_heads=n_heads,
                 n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
                 head_dim=int(head_dim),
                 max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
                 rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
                 # Qwen2 always carries q/k/v biases and no o bias; Llama's attention_bias covers all four.
-                qkv_bias=model_type == "qwen2" or attention_bias,
-                o_bias=attention_bias and model_type != "qwen2",
+                qkv_bias=bool(cfg.get("qkv_bias", qwen)) or attention_bias,
+                o_bias=attention_bias and not qwen,
                 mlp_bias=bool(cfg.get("mlp_bias", False)),
                 tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
                 rope=_parse_rope(cfg, where),
                 bos_token_id=cfg.get("bos_token_id"),
                 eos_token_ids=_as_tuple(cfg.get("eos_token_id")),
+                moe=MoeConfig.from_hf(cfg, n_layers) if model_type in MOE_MODEL_TYPES else None,
             )
         except KeyError as e:
             raise CheckpointError(f"{where}: required field {e.args[0]!r} is missing") from None

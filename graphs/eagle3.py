@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from .config import ModelConfig
-from .llama import MLP, Attention, CacheOwner, RMSNorm, RopeTable
+from .llama import Attention, CacheOwner, RMSNorm, RopeTable
+from .mlp import GatedMLP
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Eagle3Graph(CacheOwner):
         self.attn = Attention(lc, n_slots, dtype)
         self.attn.wqkv = nn.Linear(2 * H, self.attn.wqkv.out_features, bias=lc.qkv_bias)  # reads [emb; feature]
         self.mlp_norm = RMSNorm(H, lc.rms_norm_eps)
-        self.mlp = MLP(lc)
+        self.mlp = GatedMLP(lc.hidden_size, lc.intermediate_size, lc.mlp_bias)
         self.norm = RMSNorm(H, lc.rms_norm_eps)
         self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
         self.register_buffer("draft_ids", torch.arange(cfg.draft_vocab_size), persistent=False)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig, RopeConfig, rope_inv_freq
+from .moe import feed_forward
 
 
 class RMSNorm(nn.Module):
@@ -111,25 +112,13 @@ class Attention(nn.Module):
         return self.wo(out.transpose(0, 1).reshape(W, self.n_heads * self.hd))
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.ffn = cfg.intermediate_size
-        self.w13 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)  # gate | up
-        self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.w13(x).split(self.ffn, -1)
-        return self.w2(F.silu(gate) * up)
-
-
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype):
+    def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype, layer: int = 0):
         super().__init__()
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.attn = Attention(cfg, n_slots, dtype)
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = feed_forward(cfg, layer)
 
     def forward(self, x, cos, sin, slots, mask, kv=None):
         x = x + self.attn(self.attn_norm(x), cos, sin, slots, mask, kv)
@@ -199,7 +188,7 @@ class LlamaGraph(CacheOwner):
         self.cfg, self.n_slots = cfg, n_slots
         # no random init: weights always come from a checkpoint (and meta-device init costs seconds)
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
-        self.layers = nn.ModuleList(Block(cfg, n_slots, dtype) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Block(cfg, n_slots, dtype, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:

@@ -19,6 +19,7 @@ import torch
 from torch.export import Dim
 
 from ..graphs import LlamaGraph
+from ..graphs.moe import MoeFeedForward
 from ..runtime.verify_phase import GreedyVerifyPhase
 from .frozen_export import FrozenForward
 
@@ -31,13 +32,17 @@ INDUCTOR_CONFIGS = {"O1": {"aot_inductor.package_constants_in_so": False},
 # O2 on a CPU: only Inductor's C++ GEMM template. Its K loop does not depend on the row count, so rows are
 # batch-invariant; MKL's small-M kernels are neither invariant nor near the memory floor.
 CPU_GEMM_BACKENDS = "CPP"
+# An MoE graph's experts are torch.cond branches, whose weights reach the branch as operands, not frozen
+# constants: the C++ template cannot pack them, so their GEMMs need the BLAS (ATen) choice too.
+MOE_CPU_GEMM_BACKENDS = "CPP,ATEN"
 O2_TUNE_WIDTH = 4  # the width O2's GEMM blocking is tuned at: a typical verify width, cheap at 1 too
 
 
-def inductor_config(opt: str, device: str) -> dict:
-    config = dict(INDUCTOR_CONFIGS[opt])
+def inductor_config(opt: str, device: str, sparse: bool = False) -> dict:
+    # no autotune tables or choice stats written to stderr: the CLI prints yggc's lines only
+    config = dict(INDUCTOR_CONFIGS[opt], autotune_num_choices_displayed=0, max_autotune_report_choices_stats=False)
     if opt == "O2" and device == "cpu":
-        config["max_autotune_gemm_backends"] = CPU_GEMM_BACKENDS
+        config["max_autotune_gemm_backends"] = MOE_CPU_GEMM_BACKENDS if sparse else CPU_GEMM_BACKENDS
     return config
 
 
@@ -55,8 +60,10 @@ def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple, out_
                     device: str = "cpu") -> Path:
     """Export `module` on `inputs` with the `dynamic` dims (torch.export's dynamic_shapes); compile to out_path."""
     program = torch.export.export(module, inputs, dynamic_shapes=dynamic)
+    graph = module.call if isinstance(module, FrozenForward) else module  # FrozenForward hides its graph
+    sparse = any(isinstance(m, MoeFeedForward) for m in graph.modules())
     torch._inductor.aoti_compile_and_package(program, package_path=str(out_path),
-                                             inductor_configs=inductor_config(opt, device))
+                                             inductor_configs=inductor_config(opt, device, sparse))
     return out_path
 
 

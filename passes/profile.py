@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..plan.cost_model import fit_roofline
+from ..plan.cost_model import fit_cost_curve
 from ..plan.shape import TreeShape
 from ..runtime.cache_layout import CacheLayout, causal_rows
 from ..runtime.device import cuda_properties
@@ -19,6 +19,25 @@ from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_greedy
 
 PROFILE_SCHEMA = "yggc-profile/1"
+# Where one package serves any width (O2), these widths are timed as well: a sparse verifier's cost follows
+# the experts its rows activate (MoESD's N(t)), and every model's GEMMs step up one row past a block of 16
+# (17, 33): the cost model needs points on both sides of those bends.
+PACKAGE_PROBE_WIDTHS = (2, 4, 8, 12, 16, 17, 24, 32, 33, 48, 64)
+
+
+def probe_tokens(width: int, vocab: int, device) -> torch.Tensor:
+    """Distinct, fixed tokens: rows of one repeated token would all route to the same experts of an MoE."""
+    return (torch.arange(width, device=device) * 7919 + 1) % vocab
+
+
+def expert_counts(cfg) -> tuple[int, int]:
+    """(E, K) of a sparse model, (0, 0) of a dense one: the cost model's expert terms."""
+    return (cfg.moe.n_experts, cfg.moe.top_k) if cfg.moe else (0, 0)
+
+
+def timed_widths(model, widths: list[int]) -> list[int]:
+    wide = getattr(model, "package_width", 0)  # 0: only the compiled buckets' widths can run
+    return sorted({*widths, *(w for w in PACKAGE_PROBE_WIDTHS if w <= wide)})
 
 
 def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repeats: int) -> float:
@@ -26,7 +45,7 @@ def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repe
     device = model_device(model)
     slots = torch.arange(context, context + width, device=device).clamp(max=layout.max_seq - 1)
     mask = causal_rows(slots, layout.view(context + width))
-    ids = torch.zeros(width, dtype=torch.long, device=device)
+    ids = probe_tokens(width, model.cfg.vocab_size, device)
 
     def run():
         model(ids, slots, slots, mask)
@@ -69,7 +88,7 @@ class HeadSteps(torch.nn.Module):
 
     def __init__(self, head: torch.nn.Module):
         super().__init__()
-        self.head = head
+        self.head, self.cfg = head, head.cfg
 
     def forward(self, input_ids, position_ids, cache_slots, attn_mask):
         w = self.head.fc.weight
@@ -100,14 +119,15 @@ def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLay
                 out[name] = measured[name]
             continue
         points = {int(w): ms for w, ms in (measured or {}).get(name, {}).get("bucket_ms", {}).items()}
-        for w in widths[name]:
+        for w in timed_widths(model, widths[name]):
             if w in points:
                 continue
             points[w] = bucket_latency_ms(model, w, layout, profile_context(layout), repeats)
             if progress:
                 progress(f"profile {name} W={w}: {points[w]:.3f} ms")
         points = dict(sorted(points.items()))
-        out[name] = {"bucket_ms": {str(w): t for w, t in points.items()}, "cost_curve": fit_roofline(points).to_dict()}
+        curve = fit_cost_curve(points, *expert_counts(model.cfg))
+        out[name] = {"bucket_ms": {str(w): t for w, t in points.items()}, "cost_curve": curve.to_dict()}
     return out
 
 

@@ -32,6 +32,18 @@ CONFIGS = {
     "mistral_headdim": dict(model_type="mistral", vocab_size=300, hidden_size=48, intermediate_size=80,
                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                             tie_word_embeddings=False, sliding_window=None),
+    # sparse verifiers: odd expert counts, top-1 and top-2 routing, a shared expert beside a dense layer
+    "mixtral_top2": dict(model_type="mixtral", vocab_size=300, hidden_size=64, intermediate_size=80,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, num_local_experts=3,
+                         num_experts_per_tok=2, tie_word_embeddings=False, sliding_window=None),
+    "mixtral_top1": dict(model_type="mixtral", vocab_size=290, hidden_size=48, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, num_local_experts=5,
+                         num_experts_per_tok=1, tie_word_embeddings=True, sliding_window=None),
+    "qwen2_moe_shared": dict(model_type="qwen2_moe", vocab_size=310, hidden_size=64, intermediate_size=96,
+                             moe_intermediate_size=40, shared_expert_intermediate_size=56, num_experts=5,
+                             num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+                             mlp_only_layers=[1], num_hidden_layers=3, num_attention_heads=4,
+                             num_key_value_heads=2, tie_word_embeddings=False),
 }
 
 # a vocabulary small enough that exact next-token distributions can be checked by counting

@@ -15,6 +15,7 @@ import resource
 import time
 
 import torch
+from yggc.passes.profile import probe_tokens
 
 from yggc.bench.floor import copy_gbs, read_gbs, weight_bytes
 from yggc.runtime import Runtime
@@ -25,9 +26,10 @@ WIDTHS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def forward_ms(model, width: int, context: int, layout, repeats: int) -> float:
-    """Median ms of one forward of `width` rows after `context` cached tokens."""
+    """Median ms of one forward of `width` rows (distinct tokens: an MoE routes them apart) after `context`
+    cached tokens."""
     slots = torch.arange(context, context + width)
-    mask, ids = causal_rows(slots, layout.view(context + width)), torch.zeros(width, dtype=torch.long)
+    mask, ids = causal_rows(slots, layout.view(context + width)), probe_tokens(width, model.cfg.vocab_size, "cpu")
     with torch.inference_mode():
         return median_ms(lambda: model(ids, slots, slots, mask), repeats, warmup=2)
 

@@ -59,6 +59,12 @@ def test_quick_bench_rows_and_equality(setup, capsys):
         assert len(r["samples"]) == 2 and all(len(s["tokens"]) == 32 for s in r["samples"])
     spec = {r["name"]: r for r in raw["rows"]}["yggc-tree-static"]
     assert any(k > 1 for s in spec["samples"] for k in s["per_iter"])  # the near-copy drafter gets accepted
+    eff = raw["target_efficiency"]  # each speculative row against the AR row of its engine
+    assert set(eff) == {"yggc-chain", "yggc-tree-static"} and "target efficiency" in out
+    for e in eff.values():
+        assert e["ar_row"] == "yggc-ar-eager"
+        assert e["target_efficiency"] == pytest.approx(e["ar_step_ms"] / e["verify_ms"], abs=1e-4)
+        assert e["speedup_if_drafting_were_free"] == pytest.approx(e["mean_accepted"] * e["target_efficiency"], abs=1e-3)
 
 
 def test_quick_bench_fails_on_a_mismatch(setup, capsys, monkeypatch):

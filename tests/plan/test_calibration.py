@@ -1,5 +1,7 @@
 """Calibration statistics and the latency objective: pure functions checked against brute force, and
 the recording decoder checked against the verifier's own decoding."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 from checkpoints import write_checkpoint
@@ -176,6 +178,7 @@ def test_forward_profile_reuses_earlier_measurements():
         def __init__(self):
             super().__init__(1, 1)
             self.widths = []
+            self.cfg = SimpleNamespace(vocab_size=10, moe=None)  # what the profile reads of a model's config
 
         def __call__(self, ids, pos, slots, mask):
             self.widths.append(ids.shape[0])

@@ -1,7 +1,9 @@
 """The roofline fit recovers known curves (pure function, no models)."""
+import math
+
 import pytest
 
-from yggc.plan.cost_model import CostCurve, fit_roofline
+from yggc.plan.cost_model import CostCurve, fit_cost_curve, fit_roofline
 
 
 @pytest.mark.parametrize("curve", [CostCurve(2.0, 8.0, 0.25), CostCurve(1.0, 1.0, 0.5), CostCurve(3.0, 64.0, 0.0)])
@@ -35,3 +37,56 @@ def test_checked_plan_turns_speculation_off_when_the_measured_tree_loses():
     assert fast["speculate"] and len(steps) == 1
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
     assert plan == {"source": "calibration", "objective": {"tokens_per_iter": 1.3917, "speedup": 1.0125}}
+
+
+def test_activated_experts_and_rows_per_expert_by_hand():
+    from yggc.plan.cost_model import activated_experts, tokens_per_expert
+
+    assert [activated_experts(t, 8, 2) for t in (1, 2, 3)] == pytest.approx([2.0, 3.5, 4.625])  # 8 (1 - 0.75^t)
+    assert tokens_per_expert(2, 8, 2) == pytest.approx(4 / 3.5)
+    assert activated_experts(5, 4, 4) == 4.0 and tokens_per_expert(5, 4, 4) == 5.0  # E = K: all, every row
+    assert activated_experts(200, 60, 4) == pytest.approx(60.0, rel=1e-5)  # saturates at E
+
+
+def test_roofline_shape_by_hand():
+    from yggc.plan.cost_model import roofline
+
+    assert roofline(1, 3, 2.0) == 0.0 and roofline(1, 8, None) == 0.0
+    assert roofline(2, 3, 2.0) == pytest.approx((2 ** -1 - 2 ** -2) / math.log(2))  # s^t below the knee
+    assert roofline(5, 3, 2.0) == pytest.approx((1 - 2 ** -2) / math.log(2) + 2)  # then a line of slope 1
+    assert roofline(10, 4, None) == 6.0 and roofline(3, 4, None) == 0.0  # the hard corner
+    h = 1e-6  # first-derivative continuity at the knee (Eq. 11)
+    assert (roofline(3 + h, 3, 1.5) - roofline(3, 3, 1.5)) / h == pytest.approx(1.0, rel=1e-4)
+    assert (roofline(3, 3, 1.5) - roofline(3 - h, 3, 1.5)) / h == pytest.approx(1.0, rel=1e-4)
+
+
+WIDTHS = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+
+
+def test_fit_recovers_an_moe_curve():
+    truth = CostCurve(5.0, 16.0, 0.3, 1.2, n_experts=16, top_k=2, expert_ms=1.5, expert_slope_ms=0.4)
+    fit = fit_cost_curve({w: truth(w) for w in WIDTHS}, n_experts=16, top_k=2)
+    for w in WIDTHS + [5, 40]:
+        assert fit(w) == pytest.approx(truth(w), rel=1e-6)
+    assert truth.efficiency(1) == 1.0 and truth.efficiency(8) == pytest.approx(5.0 / truth(8))
+
+
+def test_moe_model_reduces_to_the_dense_curve_when_every_expert_is_active():
+    """E = K: N(t) = E and T_exp(t) = t, so the fit is the dense fit of the same points."""
+    dense = CostCurve(4.0, 8.0, 0.5, 1.4)
+    points = {w: dense(w) for w in WIDTHS}
+    moe, plain = fit_cost_curve(points, n_experts=4, top_k=4), fit_roofline(points)
+    for w in WIDTHS + [5, 100]:
+        assert moe(w) == pytest.approx(plain(w), rel=1e-9) and plain(w) == pytest.approx(dense(w), rel=1e-6)
+
+
+
+def test_fit_finds_the_gemm_row_tile_from_points_on_both_sides_of_a_boundary():
+    """One row past a block of 16 costs a block of compute: a step the smooth model cannot follow."""
+    truth = CostCurve(3.0, 2.0, 0.2, 1.7, row_tile=16, tile_ms=2.0)
+    assert truth(17) - truth(16) == pytest.approx(2.0 + 0.2, rel=1e-6)  # the block, and one more row past the knee
+    probe = [1, 2, 4, 8, 12, 16, 17, 24, 32, 33, 48, 64]
+    fit = fit_cost_curve({w: truth(w) for w in probe})
+    assert (fit.row_tile, fit.tile_ms) == (16, pytest.approx(2.0, rel=1e-6))
+    assert all(fit(w) == pytest.approx(truth(w), rel=1e-6) for w in range(1, 65))
+    assert fit_cost_curve({w: truth(w) for w in (1, 8, 16, 32, 64)}).row_tile == 0  # no point just past a boundary

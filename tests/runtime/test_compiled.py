@@ -201,7 +201,9 @@ def test_profile_follows_schema(bundle):
     assert set(schema["required"]) <= set(profile)
     for name in ("verifier", "drafter"):
         entry = profile["models"][name]
-        assert set(entry["cost_curve"]) == {"t0_ms", "knee", "slope_ms"}
+        curve_schema = schema["properties"]["models"]["additionalProperties"]["properties"]["cost_curve"]
+        assert set(entry["cost_curve"]) == set(curve_schema["properties"])
+        assert entry["cost_curve"]["n_experts"] == entry["cost_curve"]["top_k"] == 0  # a dense pair
         widths = {int(w) for w in entry["bucket_ms"]}
         assert widths == {b["width"] for b in json.loads((bundle / "manifest.json").read_text())["buckets"]
                           if b["model"] == name and b["kind"] == "forward"}

@@ -29,7 +29,7 @@ from .floor import physical_floor
 from .models import Models, cached_bundles
 from .openvino import openvino_row, require_openvino_genai
 from .prompts import check_fits, make_prompts
-from .report import plot, require_matplotlib, shape_label, summary_lines, table, to_json
+from .report import efficiency_lines, plot, require_matplotlib, shape_label, summary_lines, table, to_json
 from .rows import Row, Runner, Sample, reference_row, sampling_params
 from .runners import have_transformers, hf_runner, require_transformers, yggc_runner
 
@@ -200,7 +200,8 @@ def run_benchmark(cfg: BenchConfig) -> Report:
     if ref is not None:
         check_equality(rows, ref)
     floor = physical_floor(cfg, rows, factory.models, measured[0])
-    text = "\n".join(summary_lines(cfg, measured, source, floor, factory.tuning) + ["", table(rows, ref, floor)])
+    text = "\n".join(summary_lines(cfg, measured, source, floor, factory.tuning) + ["", table(rows, ref, floor), ""]
+                     + efficiency_lines(rows))
     data = to_json(cfg, rows, floor, factory.tuning, source)
     if cfg.json_path:
         cfg.json_path.write_text(json.dumps(data))

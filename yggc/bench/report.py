@@ -113,12 +113,40 @@ def summary_lines(cfg: BenchConfig, prompts: list[list[int]], source: str, floor
     return lines
 
 
+AR_OF = {"yggc-chain": "yggc-ar-eager", "yggc-tree-static": "yggc-ar-eager", "yggc-full": "yggc-ar-compiled"}
+
+
+def target_efficiency(rows: list[Row]) -> dict[str, dict]:
+    """MoESD's decomposition of each speculative row's speedup over its AR row (same engine): target efficiency
+    T(1)/T(verify) from the two rows' median verify calls, the speedup if drafting cost nothing (accepted
+    tokens per iteration x target efficiency), and the measured speedup. A low efficiency says the verifier,
+    not the drafter, is why speculation does not pay (moesd.txt section 3.1)."""
+    by_name, out = {r.name: r for r in rows}, {}
+    for name, ar_name in AR_OF.items():
+        row, ar = by_name.get(name), by_name.get(ar_name)
+        if row is None or ar is None or not row.verify_ms or not ar.verify_ms:
+            continue
+        eff = ar.verify_ms / row.verify_ms
+        out[name] = {"ar_row": ar_name, "ar_step_ms": ar.verify_ms, "verify_ms": row.verify_ms,
+                     "target_efficiency": round(eff, 4), "mean_accepted": round(mean_accepted(row), 4),
+                     "speedup_if_drafting_were_free": round(mean_accepted(row) * eff, 4),
+                     "speedup": round(median(ar.tpots()) / median(row.tpots()), 4)}
+    return out
+
+
+def efficiency_lines(rows: list[Row]) -> list[str]:
+    return [f"{name}: target efficiency {e['target_efficiency']:.2f} (verify {e['verify_ms']:.2f} ms vs a "
+            f"{e['ar_step_ms']:.2f} ms {e['ar_row']} step) x {e['mean_accepted']:.2f} accepted = "
+            f"{e['speedup_if_drafting_were_free']:.2f}x if drafting were free; measured {e['speedup']:.2f}x"
+            for name, e in target_efficiency(rows).items()]
+
+
 def to_json(cfg: BenchConfig, rows: list[Row], floor: dict | None, tuning: dict, source: str) -> dict:
     return {
         "machine": machine_line(), "argv": sys.argv, "prompt_source": source,
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()
                    if k not in ("tree_grid",)} | {"tree_grid": [shape_label(s) for s in cfg.tree_grid]},
-        "floor": floor, "tuning": tuning,
+        "floor": floor, "tuning": tuning, "target_efficiency": target_efficiency(rows),
         "rows": [{"name": r.name, "runs_as": r.runs_as, "rss_mb": r.rss_mb, "rss_delta_mb": r.rss_delta_mb,
                   "verify_ms": r.verify_ms, "mismatches": r.mismatches,
                   "samples": [vars(s) for s in r.samples]} for r in rows],

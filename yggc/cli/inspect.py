@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..bundle import load_manifest
 from ..errors import YggcError
+from ..plan.cost_model import CostCurve
 
 
 def read_bundle_json(root: Path, name: str) -> dict:
@@ -21,6 +22,7 @@ def profile_command(args: argparse.Namespace) -> int:
     if not profile:
         raise YggcError(f"{args.bundle} has no profile.json; re-run `yggc compile`")
     print_profile(profile)
+    print_speedups(read_bundle_json(Path(args.bundle), "plan.json"))
     if args.plot:
         from .profile_plot import plot_profile
 
@@ -28,12 +30,33 @@ def profile_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def curve_formula(c: dict) -> str:
+    corner = "hard corner" if c.get("s") is None else f"s = {c['s']:g}"
+    text = f"T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x G(W; knee {c['knee']:g}, {corner})"
+    if c.get("row_tile"):
+        text += f" + {c['tile_ms']:.4f} ms x (ceil(W / {c['row_tile']}) - 1) GEMM row blocks"
+    if c.get("n_experts"):
+        text += (f" + {c['expert_ms']:.4f} ms x (N(W) - {c['top_k']}) + {c['expert_slope_ms']:.4f} ms x "
+                 f"G(W {c['top_k']} / N(W)), N(W) = {c['n_experts']} (1 - (1 - {c['top_k']}/{c['n_experts']})^W) "
+                 "activated experts")
+    return text
+
+
+def efficiency_table(name: str, entry: dict) -> list[str]:
+    """Measured and fitted T(W) and MoESD's target efficiency T(1) / T(W) at each timed width."""
+    curve = CostCurve(**entry["cost_curve"])
+    points = sorted((int(w), ms) for w, ms in entry["bucket_ms"].items())
+    t1 = dict(points).get(1, curve(1))
+    lines = [f"  {name}: W | measured ms | fitted ms | target efficiency T(1)/T(W) measured, fitted"]
+    for w, ms in points:
+        lines.append(f"    {w:>4} | {ms:9.3f} | {curve(w):9.3f} | {t1 / ms:.3f}, {curve.efficiency(w):.3f}")
+    return lines
+
+
 def print_profile(profile: dict) -> None:
     for name, entry in profile.get("models", {}).items():
-        widths = ", ".join(f"W={w}: {ms:.3f} ms" for w, ms in entry["bucket_ms"].items())
-        print(f"  {name} buckets: {widths}")
-        c = entry["cost_curve"]
-        print(f"  {name} cost curve: T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x max(0, W - {c['knee']:g})")
+        print(f"  {name} cost curve: {curve_formula(entry['cost_curve'])}")
+        print("\n".join(efficiency_table(name, entry)))
     context = profile.get("context_ms", {})
     for w, (at_short, at_long) in context.get("ms", {}).items():
         share = context["attention_share"][w]
@@ -43,6 +66,14 @@ def print_profile(profile: dict) -> None:
         print(f"  {phase} phase (one call): {ms:.3f} ms")
     for stage, ms in profile.get("host_ms", {}).items():
         print(f"  host {stage}: {ms:.4f} ms")
+
+
+def print_speedups(plan: dict) -> None:
+    """The objective's predicted speedup beside the one measured from the compiled phases."""
+    predicted, measured = plan.get("objective"), plan.get("measured")
+    if predicted and measured:
+        print(f"  speedup over the verifier alone: predicted {predicted['speedup']:.2f}x (cost model and calibrated "
+              f"acceptance), measured {measured['speedup']:.2f}x (compiled phases)")
 
 
 def print_adaptive(record: dict) -> None:

@@ -42,18 +42,28 @@ def plot_timeline(schedule: dict, out: Path) -> Path:
 
 
 def plot_profile(profile: dict, out: Path) -> Path:
+    """Left: measured bucket latencies and the fitted cost curve per model; right: target efficiency T(1)/T(W)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (ax, eff) = plt.subplots(1, 2, figsize=(11, 4))
     for name, entry in profile["models"].items():
         points = sorted((int(w), ms) for w, ms in entry["bucket_ms"].items())
         curve = CostCurve(**entry["cost_curve"])
+        t1 = dict(points).get(1, curve(1))
         xs = list(range(1, max(w for w, _ in points) + 1))
         line = ax.plot(xs, [curve(x) for x in xs], label=f"{name} fit")[0]
         ax.scatter([w for w, _ in points], [ms for _, ms in points], color=line.get_color(), label=f"{name} measured")
+        eff.plot(xs, [curve.efficiency(x) for x in xs], color=line.get_color(), label=f"{name} fit")
+        eff.scatter([w for w, _ in points], [t1 / ms for _, ms in points], color=line.get_color(),
+                    label=f"{name} measured")
     ax.set_xlabel("input width W (tokens per call)")
     ax.set_ylabel("latency per call (ms)")
     ax.set_title(f"yggc stage profile (context {profile['context']} tokens)")
     ax.legend()
+    eff.set_xlabel("input width W (tokens per call)")
+    eff.set_ylabel("target efficiency T(1) / T(W)")
+    eff.set_ylim(0, 1.1)
+    eff.set_title("target efficiency (1: extra rows are free)")
+    eff.legend()
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
