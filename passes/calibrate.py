@@ -3,11 +3,14 @@
 For each candidate width W the pair decodes a few windows of the calibration text with the largest
 tree of that width (depth D_max, every node verified) through the already-lowered forward buckets.
 Each iteration's tree is kept with the verifier's continuation after its root, which prices every
-(D <= D_max, W, V) shape at once (yggc/plan/calibration.py).
+(D <= D_max, W, V) shape at once (yggc/plan/calibration.py). At a temperature (`yggc compile --temp`) the pair decodes the same windows by
+sampling, and each iteration's tree is kept with every node's exact probability of being accepted by the
+T > 0 rule, which prices every smaller shape of that width by expectation.
 """
 from __future__ import annotations
 
 import hashlib
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +23,9 @@ from ..plan.shape import TreeShape
 from ..runtime.cache_layout import CacheLayout
 from ..runtime.drafters import speculative_decoder
 from ..runtime.speculative import Draft, SpeculativeDecoder
-from ..tree.sampling import SamplingParams
+from ..runtime.timing import median_ms
+from ..tree.recursive_rejection import acceptance_probs
+from ..tree.sampling import SamplingParams, next_token
 
 MIN_PROMPT_TOKENS = 4
 
@@ -35,6 +40,7 @@ class CalibrationSpec:
     widths: tuple[int, ...] = (1, 2, 4)
     pin_depth: int | None = None   # --depth given with --calib: only this depth competes
     pin_verify: int | None = None  # --verify given with --calib: only this verify width competes
+    temperature: float = 0.0  # --temp: also price the shapes for sampling at this temperature
 
 
 def read_calibration_text(files: tuple[Path, ...]) -> list[tuple[Path, str]]:
@@ -99,9 +105,49 @@ def record_width(verifier, drafter, layout: CacheLayout, prompts: list[list[int]
     return samples
 
 
+def sampled_path_prob(draft: Draft, kept: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """[n_nodes] each drafted node's probability of being accepted at T > 0 (kept: every node, in the order
+    the verifier saw them; probs [len(kept), vocab] its distributions there): recursive rejection sampling
+    for a tree; for a chain the token-level rule, which block verification can only beat."""
+    if draft.q_rows is not None:
+        rows = draft.q_rows  # [N, vocab] the drafter's distribution after each node
+    else:  # a chain: node d was drawn from the distribution after node d - 1
+        rows = torch.cat([draft.q, draft.q.new_zeros(1, draft.q.shape[1])])
+    sub = draft.tree.subtree(kept)
+    out = torch.zeros(draft.tree.n_nodes, dtype=torch.float64)
+    out[kept.cpu()] = acceptance_probs(sub.tokens.cpu(), sub.parents.cpu(), probs.cpu(), rows[kept].cpu())
+    return out
+
+
+def record_width_sampled(verifier, drafter, layout: CacheLayout, prompts: list[list[int]], width: int,
+                         spec: CalibrationSpec) -> tuple[list[TreeSample], float]:
+    """Sampled decoding (seeded per window) of every prompt with the D_max x W tree at spec.temperature -> one
+    sample per iteration, and the median ms of an iteration (host sampling work included)."""
+    shape = TreeShape(spec.max_depth, width, spec.max_depth * width)
+    samples, iteration_ms = [], []
+    for seed, prompt in enumerate(prompts):
+        dec = speculative_decoder(verifier, drafter, layout, shape)
+        dec.on_sampled_verify = lambda draft, kept, probs: samples.append(
+            as_tree_sample(draft.tree, width, [], path_prob=sampled_path_prob(draft, kept, probs)))
+        for _ in dec.stream(prompt, spec.new_tokens, SamplingParams(spec.temperature, seed=seed)):
+            pass
+        if dec.stats.n_iterations:
+            iteration_ms.append(1e3 * dec.stats.decode_s / dec.stats.n_iterations)
+    return samples, statistics.median(iteration_ms) if iteration_ms else 0.0
+
+
+def sample_token_ms(vocab: int, temperature: float) -> float:
+    """Drawing one token from a verifier distribution at `temperature`: what plain decoding adds per step at
+    T > 0, the sampling objective's baseline beside the verifier's step."""
+    logits, params = torch.randn(vocab, generator=torch.Generator().manual_seed(0)), SamplingParams(temperature, seed=0)
+    gen = params.generator()
+    return median_ms(lambda: next_token(logits, params, gen), 50)
+
+
 def calibrate(verifier, drafter, layout: CacheLayout, tokenizer, spec: CalibrationSpec,
-              progress=None) -> tuple[list[TreeSample], dict]:
-    """-> tree samples for every width, and the record written to calibration.json."""
+              progress=None, sampled: bool = False) -> tuple[list[TreeSample], dict]:
+    """-> tree samples for every width, and the record written to calibration.json (sampled: decoded at
+    spec.temperature, the record also holds each width's measured iteration ms)."""
     texts = read_calibration_text(spec.files)
     # a window, its new tokens and the largest tree must fit in the cache
     room = layout.max_seq - spec.new_tokens - 1 - spec.max_depth * max(spec.widths)
@@ -109,19 +155,25 @@ def calibrate(verifier, drafter, layout: CacheLayout, tokenizer, spec: Calibrati
         raise YggcError(f"--max-seq {layout.max_seq} leaves no room for calibration ({spec.new_tokens} new tokens and "
                         f"a {spec.max_depth}x{max(spec.widths)} tree); raise --max-seq or lower --calib-tokens")
     prompts = calibration_prompts([t for _, t in texts], tokenizer, spec.n_prompts, min(spec.prompt_tokens, room))
-    samples = []
+    samples, iteration_ms = [], {}
     for width in spec.widths:
-        got = record_width(verifier, drafter, layout, prompts, width, spec)
+        if sampled:
+            got, iteration_ms[str(width)] = record_width_sampled(verifier, drafter, layout, prompts, width, spec)
+        else:
+            got = record_width(verifier, drafter, layout, prompts, width, spec)
         if not got:
             raise YggcError(f"calibration decoding produced no tree with {spec.max_depth} tokens after it at width "
                             f"{width}; raise --calib-tokens above {spec.max_depth}")
         samples += got
         if progress:
-            progress(f"calibrated W={width}: {len(got)} trees")
+            progress(f"calibrated W={width}{f' at T={spec.temperature:g}' if sampled else ''}: {len(got)} trees")
     record = {"files": [{"name": p.name, "sha256": hashlib.sha256(t.encode()).hexdigest()} for p, t in texts],
               "n_prompts": len(prompts), "prompt_tokens": [len(p) for p in prompts],
               "new_tokens": spec.new_tokens, "max_depth": spec.max_depth, "widths": list(spec.widths),
               "n_trees": {str(w): sum(s.width == w for s in samples) for w in spec.widths},
               "acceptance_by_depth": {str(w): [round(p, 4) for p in acceptance_rates([s for s in samples if s.width == w])]
                                       for w in spec.widths}}
+    if sampled:
+        record |= {"temperature": spec.temperature, "iteration_ms": iteration_ms,
+                   "token_ms": sample_token_ms(verifier.cfg.vocab_size, spec.temperature)}
     return samples, record

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..errors import YggcError
 from ..plan.calibration import TreeSample, tokens_per_iteration
-from ..plan.objective import ShapeScore, StageCosts, measured_speedup, rank_shapes
+from ..plan.objective import SamplingCosts, ShapeScore, StageCosts, measured_speedup, rank_shapes
 from ..plan.shape import TreeShape
 
 PLAN_CANDIDATES = 10
@@ -37,6 +37,20 @@ def choose_shape(candidates: dict[TreeShape, float], costs: StageCosts) -> tuple
             "best_unpruned": unpruned.to_dict(),  # every drafted node verified: the ablation's first step
             "candidates": [c.to_dict() for c in ranking[:PLAN_CANDIDATES]]}
     return best.shape, plan
+
+
+def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, spec) -> dict:
+    """plan.json's "sampling" entry, for T > 0 requests: every shape's tokens per iteration by expectation at
+    the calibrated temperature, priced by the profile plus the host sampling work per draft step (what a
+    calibration iteration at D_max x W measured beyond its model calls), against plain decoding that also
+    draws each token. Its verdict is the estimate's."""
+    full = {w: TreeShape(spec.max_depth, w, spec.max_depth * w) for w in spec.widths}
+    step_ms = {w: max(0.0, record["iteration_ms"][str(w)] - costs.iteration_ms(full[w])) / spec.max_depth
+               for w in spec.widths}
+    candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
+    _, plan = choose_shape(candidates, SamplingCosts(costs, step_ms, record["token_ms"]))
+    return {**plan, "temperature": spec.temperature, "host_ms_per_step": {str(w): round(ms, 4) for w, ms in step_ms.items()},
+            "speculate": plan["objective"]["speedup"] > 1.0}
 
 
 def checked_plan(plan: dict, profile: dict, step) -> dict:

@@ -36,7 +36,7 @@ from ..runtime.drafters import (
 )
 from ..runtime.speculative import SpeculativeDecoder
 from .calibrate import CalibrationSpec, calibrate
-from .choose_shape import candidate_shapes, checked_plan, choose_shape
+from .choose_shape import candidate_shapes, checked_plan, choose_shape, sampling_plan
 from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
@@ -214,6 +214,13 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     shape, plan = choose_shape(candidates, costs)
     step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
          f"(estimated {plan['objective']['speedup']:.2f}x)")
+    if spec.temperature > 0:  # a second plan, for sampling at that temperature
+        sampled, record["sampling"] = calibrate(compiled["verifier"], compiled["drafter"], layout,
+                                                loaded["verifier"].tokenizer, spec, step, sampled=True)
+        plan["sampling"] = sampling_plan(sampled, record["sampling"], costs, spec)
+        best = plan["sampling"]
+        step(f"chose D={best['depth']} W={best['width']} V={best['verify']} for T={spec.temperature:g} "
+             f"(estimated {best['objective']['speedup']:.2f}x)")
     return Calibrated(shape, plan, record, forward, candidates, samples, costs)
 
 
@@ -252,6 +259,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new
     # verify bucket
     n_steps += 4 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
+    if job.calib and job.calib.temperature > 0:  # the sampled calibration per width and its choice
+        n_steps += len(job.calib.widths) + 1
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     done = itertools.count(1)
@@ -281,8 +290,11 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             shape, plan, measured, candidates = cal.shape, cal.plan, cal.forward, cal.candidates
             w.write_json("calibration.json", cal.record)
             adaptive = depth_predictor(w, cal, job, head, step)
-            missing = {name: [x for x in ws if x not in compiled[name].runners]
-                       for name, ws in bucket_widths(shape, head=head).items()}
+            wanted = bucket_widths(shape, head=head)
+            if "sampling" in plan:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
+                sampled = TreeShape(plan["sampling"]["depth"], plan["sampling"]["width"], plan["sampling"]["verify"])
+                wanted = {name: sorted({*ws, *bucket_widths(sampled, head=head)[name]}) for name, ws in wanted.items()}
+            missing = {name: [x for x in ws if x not in compiled[name].runners] for name, ws in wanted.items()}
             added = lower_forward_buckets(w, loaded, missing, job, step)
             for name, model in compiled.items():
                 model.add_buckets(forward_packages(w.root, added, name))

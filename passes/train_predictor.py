@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..plan.calibration import TreeSample, accepted_by_budget, truncate
+from ..plan.calibration import TreeSample, accepted_by_budget, node_weights, truncate
 from ..plan.depth_predictor import DepthPolicy, DepthPredictor, shape_per_depth
 from ..plan.shape import TreeShape
 
@@ -31,7 +31,7 @@ class PredictorData:
 
 
 def tokens_under(sample: TreeSample, shape: TreeShape) -> int:
-    return accepted_by_budget(truncate(sample.tree, 1 + shape.depth * shape.width), sample.continuation)[shape.verify] + 1
+    return accepted_by_budget(truncate(sample.tree, 1 + shape.depth * shape.width), node_weights(sample))[shape.verify] + 1
 
 
 def predictor_data(samples: list[TreeSample], shapes: tuple[TreeShape, ...]) -> PredictorData:

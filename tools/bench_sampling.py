@@ -4,7 +4,9 @@
 Rules: `chain` (W = 1, drafts sampled, block verification), `point-mass` (the greedy-grown tree, each
 child accepted with the verifier's probability of it) and `rrs` (the tree grown from drafter samples
 without replacement, recursive rejection sampling). Each shape runs at every temperature over the
-same prompts and seeds; the plan's greedy TPOT and the bundle's AR TPOT are measured in the same run.
+same prompts and seeds; the plan's greedy TPOT and the bundle's AR TPOT (greedy and at each temperature)
+are measured in the same run, and
+a bundle compiled with `--temp` also runs its sampling plan (what a T > 0 request gets) at each temperature.
 
     python tools/bench_sampling.py smollm2_bf16.bundle --prompts-file $D/prompts.json \\
         --temps 0.7,1.0 --shapes chain:4x1x4,point-mass:2x2x4,rrs:2x2x4 --threads 2
@@ -65,6 +67,13 @@ def main(argv=None) -> None:
                f"greedy plan D{rt.shape.depth}W{rt.shape.width}V{rt.shape.verify}":
                    measure(rt, rt.decoder(speculative=True), prompts, args.n, greedy, 1)}
     for temp in (float(t) for t in args.temps.split(",")):
+        results[f"T={temp} ar"] = measure(rt, rt.decoder(speculative=False), prompts, args.n, SamplingParams(temp),
+                                          args.repeats)
+        if rt.sampling_plan:  # what a T > 0 request runs: the plan of `yggc compile --temp`
+            shape, speculate = rt.sampling_plan
+            label = f"D{shape.depth}W{shape.width}V{shape.verify}" if speculate else "(no speculation)"
+            results[f"T={temp} sampling plan {label}"] = measure(rt, rt.decoder(sampling=True), prompts, args.n,
+                                                                 SamplingParams(temp), args.repeats)
         for rule, shape in runs:
             dec = rt.decoder(shape=shape, tree_rule="rrs" if rule == "chain" else rule)
             results[f"T={temp} {rule} D{shape.depth}W{shape.width}V{shape.verify}"] = measure(

@@ -123,6 +123,8 @@ def test_bad_calibration_input_fails_before_compiling(capsys, tmp_path):
                           "--verify", "5"], "--verify must be in 1..depth*width = 4")
     expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--calib-tokens", "8"],
                  "--calib-tokens must exceed the deepest calibrated tree (8)")
+    expect_error(capsys, ["compile", "-o", str(out), "--temp", "0.8", "--depth", "2"], "give --calib FILES too")
+    expect_error(capsys, ["compile", "-o", str(out), "--calib", str(text), "--temp", "-1"], "--temp must be >= 0")
     assert not out.exists() and not list(tmp_path.glob(".b.partial-*"))
 
 

@@ -17,7 +17,14 @@ from yggc.passes.calibrate import (
 from yggc.passes.choose_shape import candidate_shapes, choose_shape
 
 from yggc.errors import YggcError
-from yggc.plan.calibration import TreeSample, acceptance_rates, accepted_by_budget, tokens_per_iteration, truncate
+from yggc.plan.calibration import (
+    TreeSample,
+    acceptance_rates,
+    accepted_by_budget,
+    node_weights,
+    tokens_per_iteration,
+    truncate,
+)
 from yggc.plan.cost_model import CostCurve
 from yggc.plan.objective import StageCosts, rank_shapes
 from yggc.plan.shape import TreeShape
@@ -57,9 +64,31 @@ def test_accepted_by_budget_matches_pruning_then_walking(D, W, seed):
     tree = random_tree(D, W, seed)
     for node in range(tree.n_nodes):
         cont = continuation_along(tree, node, 2, seed)
-        got = accepted_by_budget(tree, cont)
+        got = accepted_by_budget(tree, node_weights(TreeSample(tree, W, cont)))
         assert got == [brute_accepted(tree, v, cont) for v in range(tree.n_nodes)]
         assert got[-1] >= len(tree.path_to(node))  # the full tree accepts at least the whole path
+
+
+@pytest.mark.parametrize("D,W", [(4, 1), (3, 2), (4, 3)])
+def test_sampled_trees_are_priced_by_expected_acceptance(D, W):
+    """At T > 0 a sample carries each node's acceptance probability (a product along its path): the accepted
+    drafts under budget V are the sum over the nodes prune_topk keeps, for every depth and budget."""
+    tree = random_tree(D, W, seed=D + W)
+    g = torch.Generator().manual_seed(1)
+    step = torch.rand(tree.n_nodes, generator=g, dtype=torch.float64)
+    prob = torch.ones(tree.n_nodes, dtype=torch.float64)
+    for i in range(1, tree.n_nodes):  # parents come first in growth order
+        prob[i] = prob[int(tree.parents[i])] * step[i] / W
+    sample = TreeSample(tree, W, [], path_prob=prob)
+    table = tokens_per_iteration([sample], D)
+    for depth in range(1, D + 1):
+        shallow = truncate(tree, 1 + depth * W)
+        for verify in range(1, depth * W + 1):
+            kept = prune_topk(shallow, verify)[1:]  # the root is not a draft
+            assert table[TreeShape(depth, W, verify)] == pytest.approx(1 + float(prob[kept].sum()), abs=1e-12)
+    deepest = int(tree.depth[: tree.n_nodes].max())  # EGT may spend its nodes above depth D
+    at = [float(prob[tree.depth[: tree.n_nodes] == d].sum()) for d in range(deepest + 1)]
+    assert acceptance_rates([sample]) == pytest.approx([at[d + 1] / at[d] for d in range(deepest)])
 
 
 @pytest.mark.parametrize("W", [1, 2, 3])
@@ -167,7 +196,7 @@ def test_recorded_trees_sit_on_the_verifiers_own_continuation(tmp_path):
         for s in samples:
             window = [int(s.tree.tokens[0])] + s.continuation
             assert any(window == ref[i:i + 5] for ref in refs for i in range(len(ref) - 4))
-        accepted = [accepted_by_budget(s.tree, s.continuation)[-1] for s in samples]
+        accepted = [accepted_by_budget(s.tree, node_weights(s))[-1] for s in samples]
         assert sum(accepted) > 0  # a noisy copy of the verifier gets drafts accepted
 
 

@@ -39,7 +39,8 @@ def bundle(pair_dirs, tmp_path_factory):
     root = tmp_path_factory.mktemp("b")
     (root / "calib.txt").write_text("".join(TEXT) * 3)
     calib = CalibrationSpec((root / "calib.txt",), n_prompts=2, prompt_tokens=16, new_tokens=24,
-                            max_depth=SHAPE.depth, widths=(1, 2), pin_depth=SHAPE.depth, pin_verify=SHAPE.verify)
+                            max_depth=SHAPE.depth, widths=(1, 2), pin_depth=SHAPE.depth, pin_verify=SHAPE.verify,
+                            temperature=0.8)
     out = root / "bundle"
     compile_bundle(CompileJob(*pair_dirs, out, None, max_seq=128, profile_repeats=3, calib=calib), log=lambda m: None)
     return out
@@ -93,6 +94,24 @@ def test_plan_and_calibration_are_recorded(bundle):
     assert calib["files"][0]["name"] == "calib.txt" and calib["n_prompts"] == 2
     assert set(calib["n_trees"]) == {"1", "2"} and min(calib["n_trees"].values()) > 0
     assert all(0.0 <= p <= 1.0 for rates in calib["acceptance_by_depth"].values() for p in rates)
+
+
+def test_sampling_plan_is_recorded_and_serves_requests_at_temperature(bundle):
+    """--temp: a second calibration by sampling prices the shapes for T > 0 requests; those use its plan."""
+    plan = json.loads((bundle / "plan.json").read_text())["sampling"]
+    calib = json.loads((bundle / "calibration.json").read_text())["sampling"]
+    assert plan["temperature"] == calib["temperature"] == 0.8
+    assert (plan["depth"], plan["width"], plan["verify"]) == (3, 2, 5)  # the pinned flags bind it too
+    assert 1.0 <= plan["objective"]["tokens_per_iter"] <= 1 + SHAPE.depth and isinstance(plan["speculate"], bool)
+    assert set(plan["host_ms_per_step"]) == set(calib["iteration_ms"]) == {"1", "2"}  # chains were decoded too
+    assert min(calib["n_trees"].values()) > 0
+    rt = Runtime.load(bundle)
+    assert rt.sampling_plan == (SHAPE, plan["speculate"])
+    rt.sampling_plan = (TreeShape(2, 2, 4), True)  # a plan whose shape differs from the greedy one
+    assert rt.decoder(sampling=True).shape == TreeShape(2, 2, 4) and rt.decoder(speculative=True).shape == SHAPE
+    prompt = [5, 17, 33, 2, 9]
+    got = rt.generate(prompt, 24, temperature=0.8, seed=3).tokens
+    assert got == rt.generate(prompt, 24, temperature=0.8, seed=3, decoder=rt.decoder(shape=TreeShape(2, 2, 4))).tokens
 
 
 def test_compiled_logits_match_eager(bundle):

@@ -176,3 +176,37 @@ def test_valuing_a_child_by_its_own_token_is_caught(monkeypatch):
     shape, params = SHAPES[2]
     seed = hash(shape) % 1000
     assert pvalue(sample_codes(2, shape, params, seed, 1500), joint_law(2, params, seed)) < 1e-6
+
+
+@pytest.mark.parametrize("shape", [(3, 2, 6), (4, 3, 7), (4, 1, 4)])
+def test_acceptance_probs_equal_the_rule_frequencies(shape):
+    """What calibration prices a sampled tree by: each node's probability of being accepted, computed exactly
+    from the rule, against how often verify_tree_rrs accepts it (20000 walks of one drafted tree)."""
+    from yggc.tree.recursive_rejection import acceptance_probs
+
+    D, W, V = shape
+    params, prefix = SamplingParams(temperature=1.0), (1, 2)
+    target, drafter, gen = PathLM(7), PathLM(7, drafter=True), torch.Generator().manual_seed(0)
+    state = egt_init(prefix[-1], D, W, VOCAB, dtype=torch.float64)
+    rows = torch.zeros(1 + D * W, VOCAB, dtype=torch.float64)
+    for _ in range(D):
+        f = egt_frontier(state)
+        toks, pars = state.tokens.tolist(), state.parents.tolist()
+        q = torch.stack([target_probs(drafter.logits(node_prefix(prefix, toks, pars, i)), params)
+                         for i in f.ids.tolist()]).double()
+        rows[f.ids] = q
+        state = sampled_egt_step(state, q, gumbel_keys(q.log(), gen))
+    tree = egt_tree(state)
+    kept = prune_topk(tree, V)
+    sub, toks, pars = tree.subtree(kept), tree.tokens.tolist(), tree.parents.tolist()
+    p = torch.stack([target_probs(target.logits(node_prefix(prefix, toks, pars, i)), params)
+                     for i in kept.tolist()]).double()
+    want = acceptance_probs(sub.tokens, sub.parents, p, rows[kept])
+    n, counts = 20000, torch.zeros(len(kept), dtype=torch.float64)
+    for _ in range(n):
+        path, _ = verify_tree_rrs(sub.tokens, sub.parents, p, rows[kept], gen)
+        counts[path] += 1
+    got = counts[1:] / n
+    sigma = (want[1:] * (1 - want[1:]) / n).sqrt().clamp_min(1e-4)
+    assert want[0] == 1.0 and ((got - want[1:]).abs() / sigma).max() < 4.5, (got, want)
+    assert want[1:].sum() > 0.3  # the drafter is correlated with the target: something gets accepted

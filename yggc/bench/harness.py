@@ -88,10 +88,12 @@ class RowFactory:
             shape = self.tuned(name)
             return yggc_row(name, m.spec_decoder(shape), f"eager {shape_label(shape)} (tuned)")
         if name == "yggc-full":
-            rt = m.runtime
-            runs_as = (f"compiled {shape_label(rt.shape)} (bundle plan)" if rt.speculate
-                       else "compiled AR (bundle plan: its tree measured slower)")
-            return yggc_row(name, rt.decoder(), runs_as)
+            rt, sampling = m.runtime, not self.cfg.greedy
+            shape, speculate = rt.sampling_plan if sampling and rt.sampling_plan else (rt.shape, rt.speculate)
+            plan = "sampling plan" if sampling and rt.sampling_plan else "bundle plan"
+            runs_as = (f"compiled {shape_label(shape)} ({plan})" if speculate
+                       else f"compiled AR ({plan}: its tree priced or measured slower)")
+            return yggc_row(name, rt.decoder(sampling=sampling), runs_as)
         raise YggcError(f"unknown row {name!r}; rows are {', '.join(ROWS)}")
 
 

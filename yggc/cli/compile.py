@@ -81,7 +81,11 @@ def calibration_spec(args: argparse.Namespace) -> CalibrationSpec | None:
     """--calib and the tree flags given with it -> the search the calibrate and choose-shape passes run."""
     from ..passes.calibrate import CalibrationSpec, read_calibration_text
 
+    if args.temp < 0:
+        raise YggcError(f"--temp must be >= 0, got {args.temp:g}")
     if not args.calib:
+        if args.temp:
+            raise YggcError("--temp prices the tree for sampling from calibration text; give --calib FILES too")
         return None
     files = tuple(Path(f) for f in args.calib)
     read_calibration_text(files)  # a bad file fails here, before anything slow
@@ -91,7 +95,7 @@ def calibration_spec(args: argparse.Namespace) -> CalibrationSpec | None:
     spec = CalibrationSpec(files, args.calib_prompts, default.prompt_tokens, args.calib_tokens,
                            max_depth=args.depth or default.max_depth,
                            widths=(args.width,) if args.width else default.widths,
-                           pin_depth=args.depth, pin_verify=args.verify)
+                           pin_depth=args.depth, pin_verify=args.verify, temperature=args.temp)
     if spec.new_tokens <= spec.max_depth:
         raise YggcError(f"--calib-tokens must exceed the deepest calibrated tree ({spec.max_depth}), got "
                         f"{spec.new_tokens}")

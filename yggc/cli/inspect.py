@@ -107,6 +107,13 @@ def print_plan(plan: dict) -> None:
         verdict = "speculation on" if plan.get("speculate", True) else "speculation OFF: plain decoding is faster"
         print(f"  measured: {measured['iteration_ms']:.3f} ms/iteration against a {measured['verifier_step_ms']:.3f} ms "
               f"verifier step = {measured['speedup']:.2f}x ({verdict})")
+    sampling = plan.get("sampling")
+    if sampling:
+        best = sampling["objective"]
+        verdict = "speculation on" if sampling["speculate"] else "speculation OFF"
+        print(f"  sampling plan (T={sampling['temperature']:g}, used by requests at T > 0): D={best['depth']} "
+              f"W={best['width']} V={best['verify']}, {best['tokens_per_iter']:.2f} expected tokens/iteration, "
+              f"estimated {best['speedup']:.2f}x ({verdict})")
 
 
 def plan_label(p: dict) -> str:

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="windows of the calibration text decoded per candidate width (default 16)")
     comp.add_argument("--calib-tokens", type=POSITIVE, default=64,
                       help="greedy tokens decoded after each calibration window (default 64)")
+    comp.add_argument("--temp", type=float, default=0.0,
+                      help="with --calib: also decode the text by sampling at this temperature and keep a second "
+                           "plan, which requests at T > 0 use (default 0: greedy only)")
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
     comp.add_argument("--opt", choices=["O1", "O2"],
                       help="O2 (default on cpu): one package per model serving every width, weights frozen in and "

@@ -57,11 +57,12 @@ def bundle_decoder(args: argparse.Namespace):
     rt = Runtime.load(args.bundle)
     forced = bool(args.depth or args.width or args.verify)
     speculative = False if args.no_spec else (True if forced else None)
-    if speculative is None and not rt.speculate:
+    verdict = rt.sampling_plan[1] if args.temp > 0 and rt.sampling_plan else rt.speculate
+    if speculative is None and not verdict:
         print("yggc: the bundle's plan decodes without speculation (its calibrated tree was slower than the "
               "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)
     return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule,
-                                     args.tree_rule, adaptive=not args.static)
+                                     args.tree_rule, adaptive=not args.static, sampling=args.temp > 0)
 
 
 def prompt_ids_of(args: argparse.Namespace, verifier: models.LoadedModel) -> list[int]:

@@ -7,6 +7,10 @@ run price every smaller shape of the same width exactly:
   - EGT nodes are numbered in growth order, so the first 1 + D*W nodes are the depth-D tree;
   - top-V pruning keeps a prefix of one ranking (`prune.rank_nodes`), so the accepted length under
     every V follows from the ranks along the single path that matches the continuation.
+At T > 0 (a tree sampled for recursive rejection sampling) a sample carries, instead of a continuation,
+each node's probability of being accepted (`recursive_rejection.acceptance_probs`): a node's chance
+depends only on the draws before it at its parent, and truncation and pruning keep a prefix of each
+node's draws, so the same two facts price every smaller shape by expectation.
 """
 from __future__ import annotations
 
@@ -23,8 +27,19 @@ from .shape import TreeShape
 class TreeSample:
     tree: TokenTree           # a depth-D_max EGT of width W as drafted (node ids in growth order)
     width: int
-    continuation: list[int]   # the verifier's next D_max tokens after the tree's root
+    continuation: list[int]   # the verifier's next D_max tokens after the tree's root (greedy)
     features: torch.Tensor | None = None  # [F] the root's features for the depth predictor
+    path_prob: torch.Tensor | None = None  # [n_nodes] P(the walk accepts each node), a tree sampled at T > 0
+
+
+def node_weights(sample: TreeSample) -> torch.Tensor:
+    """[n_nodes] float64: how much each node counts as accepted: its acceptance probability at T > 0; greedy,
+    1 on the path matching the continuation (and the root), else 0."""
+    if sample.path_prob is not None:
+        return sample.path_prob.to(torch.float64)
+    weights = torch.zeros(sample.tree.n_nodes, dtype=torch.float64)
+    weights[[0, *matching_path(sample.tree, sample.continuation)]] = 1.0
+    return weights
 
 
 def truncate(tree: TokenTree, n_nodes: int) -> TokenTree:
@@ -45,13 +60,13 @@ def matching_path(tree: TokenTree, continuation: list[int]) -> list[int]:
     return path
 
 
-def accepted_by_budget(tree: TokenTree, continuation: list[int]) -> list[int]:
-    """[V] -> greedy accepted drafts when the tree is pruned to its top V nodes, for V = 0..n_nodes-1."""
+def accepted_by_budget(tree: TokenTree, weights: torch.Tensor) -> list[float]:
+    """[V] -> (expected) accepted drafts when the tree is pruned to its top V nodes, for V = 0..n_nodes-1;
+    weights from node_weights (the tree may be a truncation: only its first n_nodes count)."""
     ranked = rank_nodes(tree).tolist()
-    rank = {node: r for r, node in enumerate(ranked)}
-    # ranks grow along a path, so under budget V exactly the path nodes ranked below V are kept and accepted
-    path_ranks = [rank[i] for i in matching_path(tree, continuation)]
-    return [sum(r < v for r in path_ranks) for v in range(tree.n_nodes)]
+    # ranks grow along a path, so budget V keeps exactly the nodes ranked below V, each with its weight
+    by_rank = [float(weights[node]) for node in ranked]
+    return [sum(by_rank[:v]) for v in range(tree.n_nodes)]
 
 
 def tokens_per_iteration(samples: list[TreeSample], max_depth: int) -> dict[TreeShape, float]:
@@ -60,8 +75,9 @@ def tokens_per_iteration(samples: list[TreeSample], max_depth: int) -> dict[Tree
     counts: dict[int, int] = {}
     for s in samples:
         counts[s.width] = counts.get(s.width, 0) + 1
+        weights = node_weights(s)
         for depth in range(1, max_depth + 1):
-            accepted = accepted_by_budget(truncate(s.tree, 1 + depth * s.width), s.continuation)
+            accepted = accepted_by_budget(truncate(s.tree, 1 + depth * s.width), weights)
             for verify in range(1, depth * s.width + 1):
                 shape = TreeShape(depth, s.width, verify)
                 sums[shape] = sums.get(shape, 0.0) + accepted[verify] + 1
@@ -73,20 +89,20 @@ def acceptance_rates(samples: list[TreeSample]) -> list[float]:
     A path the tree never grew that deep counts as a rejection: this is the acceptance of the tree as drafted."""
     reached, accepted = [], []
     for s in samples:
-        k = len(matching_path(s.tree, s.continuation))
-        for d in range(len(s.continuation)):
+        weights, depth = node_weights(s), s.tree.depth[: s.tree.n_nodes]
+        for d in range(max(len(s.continuation), int(depth.max()))):
             if d >= len(reached):
-                reached.append(0)
-                accepted.append(0)
-            if k >= d:
-                reached[d] += 1
-                accepted[d] += int(k > d)
+                reached.append(0.0)
+                accepted.append(0.0)
+            reached[d] += float(weights[depth == d].sum())
+            accepted[d] += float(weights[depth == d + 1].sum())
     return [a / r if r else 0.0 for a, r in zip(accepted, reached)]
 
 
 def as_tree_sample(tree: TokenTree, width: int, continuation: list[int],
-                   features: torch.Tensor | None = None) -> TreeSample:
+                   features: torch.Tensor | None = None, path_prob: torch.Tensor | None = None) -> TreeSample:
     """A host copy of a drafted tree (the decoder reuses its device tensors)."""
     copy = TokenTree(tree.tokens.cpu().clone(), tree.parents.cpu().clone(), tree.depth.cpu().clone(),
                      tree.cum_logp.cpu().clone(), tree.n_nodes)
-    return TreeSample(copy, width, continuation, None if features is None else features.cpu().float().clone())
+    return TreeSample(copy, width, continuation, None if features is None else features.cpu().float().clone(),
+                      path_prob)

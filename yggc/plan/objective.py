@@ -30,7 +30,7 @@ class ShapeScore:
                 "ms_per_token": round(self.ms_per_token, 4), "speedup": round(self.speedup, 4)}
 
 
-def score(shape: TreeShape, tokens_per_iter: float, costs: StageCosts) -> ShapeScore:
+def score(shape: TreeShape, tokens_per_iter: float, costs: StageCosts | SamplingCosts) -> ShapeScore:
     it_ms = costs.iteration_ms(shape)
     return ShapeScore(shape, tokens_per_iter, it_ms, tokens_per_iter * costs.verifier(1) / it_ms)
 
@@ -42,7 +42,24 @@ def measured_speedup(tokens_per_iter: float, verifier_step_ms: float, iteration_
     return tokens_per_iter * verifier_step_ms / iteration_ms
 
 
-def rank_shapes(tokens_per_iter: dict[TreeShape, float], costs: StageCosts) -> list[ShapeScore]:
+@dataclass(frozen=True)
+class SamplingCosts:
+    """The profile's stage costs plus the host work sampling adds to each draft step at T > 0 (filtering and
+    drawing from the drafter's distributions, the rejection walk over the verifier's), measured per width
+    while calibrating at the temperature. The baseline (plain decoding) pays for drawing its token too."""
+    base: StageCosts
+    step_ms: dict[int, float]  # width -> host ms per draft step
+    token_ms: float = 0.0  # drawing one token from the verifier's distribution
+
+    def verifier(self, width: float) -> float:
+        """A verifier step at T > 0: the forward, and the draw plain decoding makes after it (the baseline)."""
+        return self.base.verifier(width) + self.token_ms
+
+    def iteration_ms(self, shape: TreeShape) -> float:
+        return self.base.iteration_ms(shape) + shape.depth * self.step_ms.get(shape.width, 0.0)
+
+
+def rank_shapes(tokens_per_iter: dict[TreeShape, float], costs: StageCosts | SamplingCosts) -> list[ShapeScore]:
     """Every candidate scored, best first (ties: the smaller tree, then the shallower one)."""
     scores = [score(s, t, costs) for s, t in tokens_per_iter.items()]
     return sorted(scores, key=lambda c: (-c.speedup, c.shape.n_nodes, c.shape.verify, c.shape.depth))

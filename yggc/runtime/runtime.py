@@ -63,6 +63,8 @@ class Runtime:
         self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
         self.verify_runners: dict[tuple[int, int, int], object] = {}  # (D, W, V) -> compiled greedy verify phase
         self.policy: DepthPolicy | None = None  # the bundle's depth predictor, if it trained one that pays
+        # the plan calibrated at a temperature (`yggc compile --temp`): (shape, verdict) for T > 0 requests
+        self.sampling_plan: tuple[TreeShape, bool] | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> Runtime:
@@ -93,6 +95,10 @@ class Runtime:
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))
         rt.policy = load_policy(path, plan)
+        sampling = plan.get("sampling")
+        if sampling:
+            rt.sampling_plan = (TreeShape.from_args(sampling["depth"], sampling["width"], sampling["verify"]),
+                                sampling["speculate"])
         v, d = loaded["verifier"].graph, loaded["drafter"].graph
         for b in manifest.buckets:
             shape = TreeShape(b.get("depth", 1), b.get("width", 1), b.get("verify", 1))
@@ -105,18 +111,21 @@ class Runtime:
         return rt
 
     def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block",
-                tree_rule: str = "rrs", adaptive: bool = True):
+                tree_rule: str = "rrs", adaptive: bool = True, sampling: bool = False):
         """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict. At T > 0,
         chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs" or "point-mass").
         Greedy decoding picks each iteration's shape with the bundle's depth predictor unless a shape is
-        given or adaptive=False."""
+        given or adaptive=False. sampling=True (a T > 0 request) takes the plan calibrated at a temperature,
+        where the bundle has one."""
         layout = self.verifier.layout
+        plan_shape, verdict = (self.sampling_plan if sampling and self.sampling_plan and shape is None
+                               else (self.shape, self.speculate))
         if speculative is None:
-            speculative = self.speculate or shape is not None
+            speculative = verdict or shape is not None
         if not speculative:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
         policy = self.policy if adaptive and shape is None else None
-        shape = shape or self.shape
+        shape = shape or plan_shape
         return drafters.speculative_decoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape,
                                             chain_rule, tree_rule, self.draft_runners.get((shape.depth, shape.width)),
                                             self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
@@ -140,8 +149,8 @@ class Runtime:
         ticket = self.requests.acquire(blocking)
         dec = steps = None
         try:
-            dec = decoder or self.decoder()
             params = SamplingParams(temperature, top_k, top_p, seed, min_p)
+            dec = decoder or self.decoder(sampling=not params.greedy)
             steps = dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids)
             while True:
                 with self.requests.step(ticket):  # StreamInterrupted if a newer request reused the cache

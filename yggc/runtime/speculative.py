@@ -60,6 +60,7 @@ class SpeculativeDecoder:
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
         self.tree_rule = tree_rule  # T > 0, W > 1: "rrs" (sampled tree) or "point-mass" (greedy-grown tree)
+        self.on_sampled_verify = None  # (draft, kept ids, verifier probs [V+1, vocab]) -> None: calibration's hook
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.stats = DecodeStats()
         self.trace = NoTrace()
@@ -198,6 +199,8 @@ class SpeculativeDecoder:
         slots = n + torch.arange(kept.shape[0])
         mask = tree_mask(n, sub.ancestor_mask(), self.layout.view(n + kept.shape[0]))
         probs = target_probs(self.verifier_logits(sub.tokens, n + sub.depth, slots, mask), params)  # [V+1, vocab]
+        if self.on_sampled_verify is not None:
+            self.on_sampled_verify(draft, kept, probs)
         if draft.q is not None:
             tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
             path = list(range(1, tau + 1))

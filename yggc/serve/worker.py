@@ -104,7 +104,7 @@ class DecodeWorker:
     def run(self, job: Job) -> None:
         """Decode one job, emitting text as iterations are accepted; checks for cancel between them."""
         s, rt = job.sampling, self.runtime
-        dec = rt.decoder()
+        dec = rt.decoder(sampling=s.temperature > 0)
         text = TextStream(rt.tokenizer, s.stop)
         n_generated, first_at, last_at, cancelled = 0, None, None, False
         steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,

@@ -17,19 +17,46 @@ from .block_verification import sample_index
 from .verification import TreeAccept, children_lists
 
 
-def _accept_child(p: torch.Tensor, q: torch.Tensor, x: int, u: float) -> tuple[bool, torch.Tensor, torch.Tensor]:
-    """One rejection step at a node: p, q [vocab] float64 (unnormalised), x the child's token, u ~ U(0,1)
-    -> (accepted, residual p, q without x)."""
+def _rejection_step(p: torch.Tensor, q: torch.Tensor, x: int) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """One node's test of child x: p, q [vocab] float64 (unnormalised) -> (the probability x is accepted,
+    the residual p and q without x that the next child is tested against if it is not)."""
     q_mass = float(q.sum())
     qx = float(q[x]) / q_mass if q_mass > 0 else 0.0
     if qx == 0:  # a rank past q's support, not a draw: as if the child were not there
-        return False, p, q
-    if u * qx < float(p[x]) / float(p.sum()):
-        return True, p, q
+        return 0.0, p, q
+    accept = min(1.0, float(p[x]) / float(p.sum()) / qx)
     residual = (p / p.sum() - q / q_mass).clamp_min(0)
     if float(residual.sum()) <= 0:  # p == q_i up to rounding: the acceptance above was certain
         residual = p
-    return False, residual, q.index_fill(0, torch.tensor([x], device=q.device), 0.0)
+    return accept, residual, q.index_fill(0, torch.tensor([x], device=q.device), 0.0)
+
+
+def _accept_child(p: torch.Tensor, q: torch.Tensor, x: int, u: float) -> tuple[bool, torch.Tensor, torch.Tensor]:
+    """One rejection step at a node with u ~ U(0,1) -> (accepted, residual p, q without x)."""
+    accept, residual, rest = _rejection_step(p, q, x)
+    if u < accept:
+        return True, p, q
+    return False, residual, rest
+
+
+def acceptance_probs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor,
+                     draft_probs: torch.Tensor) -> torch.Tensor:
+    """The same inputs as verify_tree_rrs -> [n] float64: for each node, the probability that the walk
+    accepts it (1 for the root): the product along its path of each child's chance at its parent, where
+    child i is tested only if children 1..i-1 were rejected. Exact, no sampling: what calibration prices
+    a sampled tree (and any pruned or truncated part of it that keeps a prefix of each node's draws) by."""
+    tok, kids = tokens.tolist(), children_lists(parents, None)
+    out = torch.zeros(len(tok), dtype=torch.float64)
+    out[0] = 1.0
+    for node in range(len(tok)):  # parents precede their children
+        if not kids[node] or out[node] == 0:
+            continue
+        p, q, reach = target_probs[node].to(torch.float64), draft_probs[node].to(torch.float64), 1.0
+        for c in kids[node]:
+            accept, p, q = _rejection_step(p, q, tok[c])
+            out[c] = out[node] * reach * accept
+            reach *= 1.0 - accept
+    return out
 
 
 def verify_tree_rrs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor,
