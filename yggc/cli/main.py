@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_decode_args(run)
     add_tree_args(run)
     run.add_argument("--no-spec", action="store_true", help="with BUNDLE: decode autoregressively (baseline)")
+    run.add_argument("--tp", type=POSITIVE, default=1,
+                     help="without BUNDLE: split the verifier over this many local processes (tensor parallel; "
+                          "torchrun --nproc-per-node N -m yggc run ... does the same across nodes)")
     run.add_argument("--static", action="store_true",
                      help="with BUNDLE: draft the plan's one tree shape every iteration (no depth predictor)")
     run.add_argument("--trace", metavar="OUT.json",

@@ -41,6 +41,11 @@ def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.Lo
 
 def eager_decoder(args: argparse.Namespace):
     verifier, drafter = load_models(args)
+    if tp_world(args) > 1:  # this process is one rank: its slice of the verifier replaces the whole one
+        from ..runtime import tensor_parallel
+
+        tensor_parallel.join()
+        verifier = tensor_parallel.load_verifier(verifier.path, models.parse_dtype(args.dtype), verifier.layout.max_seq)
     if drafter is None:
         return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
     dec = drafters.speculative_decoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args),
@@ -117,7 +122,29 @@ def write_trace(args: argparse.Namespace, trace, decoder) -> str:
     return line + (f"; the plan estimated {estimate:.3f} ms" if estimate else "")
 
 
+def tp_world(args: argparse.Namespace) -> int:
+    """The tensor-parallel degree: torchrun's world size, else --tp; one clear error where they disagree."""
+    from ..runtime.tensor_parallel import launched_world
+
+    world = launched_world()
+    if world > 1 and args.tp not in (1, world):
+        raise YggcError(f"--tp {args.tp} but torchrun started {world} ranks; drop --tp or make them equal")
+    if max(world, args.tp) > 1 and args.bundle:
+        raise YggcError("a bundle runs in one process (tensor-parallel bundles are not built); drop --tp, or run "
+                        "the checkpoints with -m/-md")
+    return max(world, args.tp)
+
+
 def run_command(args: argparse.Namespace) -> int:
+    from ..runtime.tensor_parallel import launched_world
+
+    world = tp_world(args)
+    if world > launched_world():  # --tp N without torchrun: start the N ranks here, each runs this command
+        from functools import partial
+
+        from ..runtime.tensor_parallel import launch
+
+        return launch(world, partial(run_command, args))
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed, args.min_p)
     set_threads(args.threads)
     verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)

@@ -1,0 +1,73 @@
+"""Running the verifier tensor-parallel across processes (graphs/tensor_parallel.py splits it).
+
+Two ways in: `torchrun --nproc-per-node N -m yggc run ...` starts the ranks itself (RANK, WORLD_SIZE and
+MASTER_ADDR/PORT in the environment), and `yggc run --tp N` starts N ranks on this machine. Each rank
+loads its slice of the verifier, a whole drafter, and runs the same decode loop; only rank 0 writes.
+CPU ranks talk over gloo; CUDA ranks over NCCL, one device each (written to the documented API, not run
+here).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ..errors import USER_ERRORS
+from ..graphs.tensor_parallel import load_tp_model
+from . import models
+
+
+def launched_world() -> int:
+    """WORLD_SIZE of a torchrun launch (1 when not launched that way)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def join(device: str = "cpu") -> int:
+    """Join the process group the environment describes (once) -> this process's rank."""
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+        if device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+        if dist.get_rank():  # only rank 0 writes
+            sys.stdout = sys.stderr = open(os.devnull, "w")
+    return dist.get_rank()
+
+
+def load_verifier(model_dir, dtype: torch.dtype, max_seq: int, device: str = "cpu") -> models.LoadedModel:
+    """This rank's slice of the verifier, with the tokenizer and chat template of the whole model."""
+    whole = models.load(model_dir, dtype, max_seq, device, weights=False)
+    graph = load_tp_model(model_dir, whole.layout.n_slots, dtype)
+    return models.LoadedModel(graph.to(device), whole.tokenizer, whole.layout, whole.path, whole.chat)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, fn: Callable[[], int], results) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    if rank:  # only rank 0 writes
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+    try:
+        results[rank] = fn()
+    except USER_ERRORS as e:  # the one line the CLI prints, from rank 0
+        print(f"yggc: error: {e}", file=sys.stderr)
+        results[rank] = 2
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def launch(world: int, fn: Callable[[], int]) -> int:
+    """Run fn in `world` local ranks (what torchrun would start) -> rank 0's return value."""
+    results = mp.Manager().dict()
+    mp.spawn(_rank_main, args=(world, _free_port(), fn, results), nprocs=world)
+    return results.get(0, 1)
