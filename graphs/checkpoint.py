@@ -123,6 +123,19 @@ def _feed_forward_state(take, cfg: ModelConfig, i: int) -> dict[str, torch.Tenso
     return out
 
 
+def empty_graph(cfg: ModelConfig, n_slots: int, dtype: torch.dtype, device: str | torch.device = "cpu",
+                parameters: bool = True) -> LlamaGraph:
+    """A LlamaGraph of `cfg` with uninitialised parameters (meta ones if not `parameters`), zeroed KV caches and
+    filled RoPE tables, built on the meta device first (random init of the weights would cost seconds)."""
+    with torch.device("meta"):
+        model = LlamaGraph(cfg, n_slots, dtype)
+    materialize(model, device, parameters)
+    model.rope.fill()  # materialize left the RoPE tables uninitialised
+    for cache in model.caches():  # masked slots must hold zeros (0 x NaN would leak into every row)
+        cache.k.zero_(), cache.v.zero_()
+    return model
+
+
 def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.float32,
                device: str | torch.device = "cpu", weights: bool = True) -> LlamaGraph:
     """Build a LlamaGraph with a cache of `n_slots` slots and load the checkpoint's weights. weights=False
@@ -130,12 +143,7 @@ def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.f
     packages that carry their own frozen weights, so the weights are not read or held twice."""
     path = _check_dir(model_dir)
     cfg = load_config(path)
-    with torch.device("meta"):
-        model = LlamaGraph(cfg, n_slots, dtype)
-    materialize(model, device, parameters=weights)
-    model.rope.fill()  # materialize left the RoPE tables uninitialised
-    for cache in model.caches():  # masked slots must hold zeros (0 x NaN would leak into every row)
-        cache.k.zero_(), cache.v.zero_()
+    model = empty_graph(cfg, n_slots, dtype, device, weights)
     if not weights:
         return model.eval().requires_grad_(False)
     state = to_graph_state(read_hf_tensors(path), cfg)

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .checkpoint import _check_dir, load_config, materialize, read_hf_tensors, to_graph_state
+from .checkpoint import _check_dir, empty_graph, load_config, read_hf_tensors, to_graph_state
 from .config import CheckpointError, ModelConfig
 from .llama import LlamaGraph
 
@@ -107,19 +107,13 @@ def head_rows(weight: torch.Tensor, rank: int, world: int) -> torch.Tensor:
 
 
 def load_tp_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.float32,
-                  rank: int | None = None, world: int | None = None) -> LlamaGraph:
+                  device: str | torch.device = "cpu", rank: int | None = None, world: int | None = None) -> LlamaGraph:
     """This rank's LlamaGraph of a checkpoint split `world` ways (default: the initialised process group's)."""
     rank = dist.get_rank() if rank is None else rank
     world = dist.get_world_size() if world is None else world
     path = _check_dir(model_dir)
     full = load_config(path)
-    cfg = local_config(full, world)
-    with torch.device("meta"):
-        graph = LlamaGraph(cfg, n_slots, dtype)
-    materialize(graph, "cpu")
-    graph.rope.fill()
-    for cache in graph.caches():
-        cache.k.zero_(), cache.v.zero_()
+    graph = empty_graph(local_config(full, world), n_slots, dtype, device)
     state = to_graph_state(read_hf_tensors(path), full)
     state = {k: v.to(dtype) for k, v in shard_state(state, full, rank, world).items()}
     head = state.pop("lm_head.weight", state["embed.weight"])  # tied: the embedding's rows
@@ -127,7 +121,7 @@ def load_tp_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torc
     if missing:
         raise CheckpointError(f"{path}: weight {sorted(missing)[0]!r} is missing")
     graph.load_state_dict(state, strict=False)
-    graph.lm_head = VocabParallelHead(head_rows(head, rank, world), full.vocab_size, world)
+    graph.lm_head = VocabParallelHead(head_rows(head, rank, world).to(device), full.vocab_size, world)
     for layer in graph.layers:
         layer.attn.wo.register_forward_hook(_all_reduce)
         layer.mlp.w2.register_forward_hook(_all_reduce)

@@ -202,7 +202,7 @@ def width_row(section: str, model, width: int, package: Path) -> tuple[Row, dict
 
 def curve_rows(section: str, ctx: Context, model, packages: dict[int, Path], missing: dict[int, str]
                ) -> Iterator[Row]:
-    from yggc.plan.cost_model import fit_roofline
+    from yggc.plan.cost_model import fit_cost_curve
 
     points: dict[str, dict[int, float]] = {k: {} for k in VARIANTS}
     for w in ctx.widths:
@@ -215,7 +215,7 @@ def curve_rows(section: str, ctx: Context, model, packages: dict[int, Path], mis
             points[label][w] = t
     for label, pts in points.items():
         if len(pts) >= 2:
-            c, lo, hi = fit_roofline(pts), min(pts), max(pts)
+            c, lo, hi = fit_cost_curve(pts), min(pts), max(pts)
             yield Row(section, f"roofline fit, {label}", f"t0 {c.t0_ms:.3f} ms, knee W={c.knee:.0f}, slope "
                       f"{c.slope_ms:.4f} ms/W; T({hi})/T({lo}) = {pts[hi] / pts[lo]:.2f}")
 

@@ -3,19 +3,19 @@ import math
 
 import pytest
 
-from yggc.plan.cost_model import CostCurve, fit_cost_curve, fit_roofline
+from yggc.plan.cost_model import CostCurve, fit_cost_curve
 
 
 @pytest.mark.parametrize("curve", [CostCurve(2.0, 8.0, 0.25), CostCurve(1.0, 1.0, 0.5), CostCurve(3.0, 64.0, 0.0)])
 def test_fit_recovers_roofline(curve):
     widths = [1, 2, 4, 8, 16, 32, 64]
-    fit = fit_roofline({w: curve(w) for w in widths})
+    fit = fit_cost_curve({w: curve(w) for w in widths})
     for w in (1, 3, 12, 48, 100):
         assert fit(w) == pytest.approx(curve(w), abs=1e-9)
 
 
 def test_fit_is_flat_for_one_point():
-    fit = fit_roofline({4: 1.5})
+    fit = fit_cost_curve({4: 1.5})
     assert fit(1) == fit(64) == 1.5
 
 
@@ -75,7 +75,7 @@ def test_moe_model_reduces_to_the_dense_curve_when_every_expert_is_active():
     """E = K: N(t) = E and T_exp(t) = t, so the fit is the dense fit of the same points."""
     dense = CostCurve(4.0, 8.0, 0.5, 1.4)
     points = {w: dense(w) for w in WIDTHS}
-    moe, plain = fit_cost_curve(points, n_experts=4, top_k=4), fit_roofline(points)
+    moe, plain = fit_cost_curve(points, n_experts=4, top_k=4), fit_cost_curve(points)
     for w in WIDTHS + [5, 100]:
         assert moe(w) == pytest.approx(plain(w), rel=1e-9) and plain(w) == pytest.approx(dense(w), rel=1e-6)
 

@@ -34,18 +34,16 @@ def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.Lo
         verifier_dir = models.model_dir(args.model)
         drafter_dir = None if args.model_draft is None else models.model_dir(args.model_draft)
     max_seq = models.context_length(verifier_dir, args.max_seq)
+    load_verifier = models.load
+    if tp_world(args) > 1:  # this process is one rank: it loads its slice of the verifier
+        from ..runtime.tensor_parallel import load_verifier
     if drafter_dir is None:
-        return models.load(verifier_dir, dtype, max_seq), None
-    return drafters.load_pair(verifier_dir, drafter_dir, dtype, max_seq)
+        return load_verifier(verifier_dir, dtype, max_seq), None
+    return drafters.load_pair(verifier_dir, drafter_dir, dtype, max_seq, load_verifier)
 
 
 def eager_decoder(args: argparse.Namespace):
     verifier, drafter = load_models(args)
-    if tp_world(args) > 1:  # this process is one rank: its slice of the verifier replaces the whole one
-        from ..runtime import tensor_parallel
-
-        tensor_parallel.join()
-        verifier = tensor_parallel.load_verifier(verifier.path, models.parse_dtype(args.dtype), verifier.layout.max_seq)
     if drafter is None:
         return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
     dec = drafters.speculative_decoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args),

@@ -14,6 +14,7 @@ node's draws, so the same two facts price every smaller shape by expectation.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -65,8 +66,7 @@ def accepted_by_budget(tree: TokenTree, weights: torch.Tensor) -> list[float]:
     weights from node_weights (the tree may be a truncation: only its first n_nodes count)."""
     ranked = rank_nodes(tree).tolist()
     # ranks grow along a path, so budget V keeps exactly the nodes ranked below V, each with its weight
-    by_rank = [float(weights[node]) for node in ranked]
-    return [sum(by_rank[:v]) for v in range(tree.n_nodes)]
+    return [0.0, *itertools.accumulate(float(weights[node]) for node in ranked)]
 
 
 def tokens_per_iteration(samples: list[TreeSample], max_depth: int) -> dict[TreeShape, float]:

@@ -136,7 +136,3 @@ def fit_cost_curve(points: dict[int, float], n_experts: int = 0, top_k: int = 0)
             best = (err, CostCurve(x[0], float(knee), x[1], s, n_experts, top_k, *expert, tile, tile_ms))
     return best[1]
 
-
-def fit_roofline(points: dict[int, float]) -> CostCurve:
-    """The dense curve (no expert terms) through the measured points."""
-    return fit_cost_curve(points)

@@ -48,9 +48,10 @@ def load_drafter(drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dt
 
 
 def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,
-              max_seq: int) -> tuple[LoadedModel, LoadedModel]:
+              max_seq: int, load_verifier=load) -> tuple[LoadedModel, LoadedModel]:
+    """The checked pair; load_verifier(dir, dtype, max_seq) may load a tensor-parallel rank's slice instead."""
     check_drafter(verifier_dir, drafter_dir)
-    verifier = load(verifier_dir, dtype, max_seq)
+    verifier = load_verifier(verifier_dir, dtype, max_seq)
     return verifier, load_drafter(drafter_dir, verifier, dtype)
 
 

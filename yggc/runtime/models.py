@@ -77,11 +77,12 @@ def context_length(model_dir: Path, max_seq: int | None) -> int:
 
 
 def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = "cpu",
-         weights: bool = True) -> LoadedModel:
-    """weights=False: the graph holds its KV cache only (see graphs.load_model); compiled packages bring weights."""
+         weights: bool = True, graph_loader=load_model) -> LoadedModel:
+    """weights=False: the graph holds its KV cache only (see graphs.load_model); compiled packages bring weights.
+    graph_loader(path, n_slots, dtype, device, weights) builds the graph (a tensor-parallel rank's slice, say)."""
     path = Path(model_dir)
     layout = CacheLayout(max_seq, view_align(device))
-    return LoadedModel(load_model(path, layout.n_slots, dtype, device, weights), load_tokenizer(path), layout, path,
+    return LoadedModel(graph_loader(path, layout.n_slots, dtype, device, weights), load_tokenizer(path), layout, path,
                        load_chat_template(path))
 
 

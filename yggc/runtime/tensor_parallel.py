@@ -27,22 +27,31 @@ def launched_world() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def quiet_unless_first(rank: int) -> None:
+    """Only rank 0 writes: every other rank's stdout and stderr go nowhere."""
+    if rank:
+        sys.stdout = sys.stderr = open(os.devnull, "w")
+
+
 def join(device: str = "cpu") -> int:
     """Join the process group the environment describes (once) -> this process's rank."""
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device == "cuda" else "gloo")
         if device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
-        if dist.get_rank():  # only rank 0 writes
-            sys.stdout = sys.stderr = open(os.devnull, "w")
+        quiet_unless_first(dist.get_rank())
     return dist.get_rank()
 
 
+def _rank_graph(path, n_slots: int, dtype: torch.dtype, device, weights: bool = True):
+    return load_tp_model(path, n_slots, dtype, device)
+
+
 def load_verifier(model_dir, dtype: torch.dtype, max_seq: int, device: str = "cpu") -> models.LoadedModel:
-    """This rank's slice of the verifier, with the tokenizer and chat template of the whole model."""
-    whole = models.load(model_dir, dtype, max_seq, device, weights=False)
-    graph = load_tp_model(model_dir, whole.layout.n_slots, dtype)
-    return models.LoadedModel(graph.to(device), whole.tokenizer, whole.layout, whole.path, whole.chat)
+    """This rank's slice of the verifier (joining the process group first), with the whole model's tokenizer
+    and chat template."""
+    join(device)
+    return models.load(model_dir, dtype, max_seq, device, graph_loader=_rank_graph)
 
 
 def _free_port() -> int:
@@ -54,8 +63,7 @@ def _free_port() -> int:
 def _rank_main(rank: int, world: int, port: int, fn: Callable[[], int], results) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
-    if rank:  # only rank 0 writes
-        sys.stdout = sys.stderr = open(os.devnull, "w")
+    quiet_unless_first(rank)  # before anything can fail: every rank reports the same error
     try:
         results[rank] = fn()
     except USER_ERRORS as e:  # the one line the CLI prints, from rank 0

@@ -17,26 +17,31 @@ from .block_verification import sample_index
 from .verification import TreeAccept, children_lists
 
 
-def _rejection_step(p: torch.Tensor, q: torch.Tensor, x: int) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """One node's test of child x: p, q [vocab] float64 (unnormalised) -> (the probability x is accepted,
-    the residual p and q without x that the next child is tested against if it is not)."""
+def _accept_prob(p: torch.Tensor, q: torch.Tensor, x: int) -> float:
+    """The probability child x is accepted at a node: min(1, p(x) / q(x)); p, q [vocab] float64
+    (unnormalised). 0 for a rank past q's support (not a draw: as if the child were not there)."""
     q_mass = float(q.sum())
     qx = float(q[x]) / q_mass if q_mass > 0 else 0.0
-    if qx == 0:  # a rank past q's support, not a draw: as if the child were not there
-        return 0.0, p, q
-    accept = min(1.0, float(p[x]) / float(p.sum()) / qx)
+    return min(1.0, float(p[x]) / float(p.sum()) / qx) if qx > 0 else 0.0
+
+
+def _after_rejection(p: torch.Tensor, q: torch.Tensor, x: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Once x is rejected: the residual p = norm(max(p - q, 0)) and q without x, which the next child is
+    tested against (both unchanged for a rank past q's support)."""
+    q_mass = float(q.sum())
+    if q_mass <= 0 or float(q[x]) == 0:
+        return p, q
     residual = (p / p.sum() - q / q_mass).clamp_min(0)
-    if float(residual.sum()) <= 0:  # p == q_i up to rounding: the acceptance above was certain
+    if float(residual.sum()) <= 0:  # p == q_i up to rounding: the acceptance was certain
         residual = p
-    return accept, residual, q.index_fill(0, torch.tensor([x], device=q.device), 0.0)
+    return residual, q.index_fill(0, torch.tensor([x], device=q.device), 0.0)
 
 
 def _accept_child(p: torch.Tensor, q: torch.Tensor, x: int, u: float) -> tuple[bool, torch.Tensor, torch.Tensor]:
     """One rejection step at a node with u ~ U(0,1) -> (accepted, residual p, q without x)."""
-    accept, residual, rest = _rejection_step(p, q, x)
-    if u < accept:
+    if u < _accept_prob(p, q, x):
         return True, p, q
-    return False, residual, rest
+    return False, *_after_rejection(p, q, x)
 
 
 def acceptance_probs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor,
@@ -53,7 +58,8 @@ def acceptance_probs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: 
             continue
         p, q, reach = target_probs[node].to(torch.float64), draft_probs[node].to(torch.float64), 1.0
         for c in kids[node]:
-            accept, p, q = _rejection_step(p, q, tok[c])
+            accept = _accept_prob(p, q, tok[c])
+            p, q = _after_rejection(p, q, tok[c])
             out[c] = out[node] * reach * accept
             reach *= 1.0 - accept
     return out
