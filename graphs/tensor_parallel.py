@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch import nn
 
 from .checkpoint import _check_dir, empty_graph, load_config, read_hf_tensors, to_graph_state
@@ -77,26 +78,42 @@ def shard_state(state: dict[str, torch.Tensor], cfg: ModelConfig, rank: int, wor
     return out
 
 
+def sum_over_ranks(t: torch.Tensor) -> torch.Tensor:
+    """The elementwise sum of `t` over every rank. Traced (torch.export, torch.compile): a functional collective,
+    which stays in the graph and runs from the compiled code. Eager: c10d's in-place all-reduce."""
+    if torch.compiler.is_compiling():
+        return funcol.all_reduce(t, "sum", dist.group.WORLD)
+    dist.all_reduce(t)
+    return t
+
+
 def _all_reduce(module: nn.Module, inputs, output: torch.Tensor) -> torch.Tensor:
     """Sum the ranks' partial outputs, in float32 (bf16 partial sums would round once more per rank)."""
-    total = output.float()
-    dist.all_reduce(total)
-    return total.to(output.dtype)
+    return sum_over_ranks(output.float()).to(output.dtype)
 
 
 class VocabParallelHead(nn.Module):
-    """This rank's rows of the LM head ([ceil(V / world), hidden], zero-padded) -> the full [W, V] logits."""
+    """This rank's rows of the LM head ([n, hidden], n = ceil(V / world), zero-padded) -> the full [W, V] logits.
 
-    def __init__(self, weight: torch.Tensor, vocab: int, world: int):
+    The ranks' column blocks meet by an all-reduce of zero-padded [W, world * n] logits, and the result is
+    copied out by a select, never returned as the collective's own buffer. In a compiled package, Gloo's
+    worker thread drops its reference to that buffer a moment after the wait; once Python holds the tensor
+    too, dropping it needs the GIL, which the package's caller keeps for the whole call, and its next
+    collective then waits forever. (An all-gather's work holds such tensors whatever the graph does next.)
+    """
+
+    def __init__(self, weight: torch.Tensor, vocab: int, rank: int, world: int):
         super().__init__()
-        self.vocab, self.world = vocab, world
+        self.vocab, self.rank, self.world = vocab, rank, world
         self.register_buffer("weight", weight, persistent=False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        part = h @ self.weight.t()  # [W, V / world]
-        parts = [torch.empty_like(part) for _ in range(self.world)]
-        dist.all_gather(parts, part.contiguous())
-        return torch.cat(parts, dim=-1)[..., : self.vocab]
+        part = (h @ self.weight.t()).float()  # [W, n]
+        n = part.shape[-1]
+        padded = nn.functional.pad(part, (self.rank * n, (self.world - 1 - self.rank) * n))  # [W, world * n]
+        full = sum_over_ranks(padded)
+        in_vocab = torch.arange(full.shape[-1], device=full.device) < self.vocab  # [world * n]
+        return torch.where(in_vocab, full, 0.0)[:, : self.vocab].to(h.dtype)  # [W, V], a new buffer
 
 
 def head_rows(weight: torch.Tensor, rank: int, world: int) -> torch.Tensor:
@@ -121,7 +138,7 @@ def load_tp_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torc
     if missing:
         raise CheckpointError(f"{path}: weight {sorted(missing)[0]!r} is missing")
     graph.load_state_dict(state, strict=False)
-    graph.lm_head = VocabParallelHead(head_rows(head, rank, world).to(device), full.vocab_size, world)
+    graph.lm_head = VocabParallelHead(head_rows(head, rank, world).to(device), full.vocab_size, rank, world)
     for layer in graph.layers:
         layer.attn.wo.register_forward_hook(_all_reduce)
         layer.mlp.w2.register_forward_hook(_all_reduce)

@@ -41,6 +41,7 @@ from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_ph
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
 from .profile import HeadSteps, host_stage_ms, profile_forward, profile_models
+from .tensor_parallel_bundle import barrier, bundle_writer, every_rank, rank_world, split_file
 from .train_predictor import train_policy
 from .write_bundle import BundleWriter
 
@@ -64,6 +65,7 @@ class CompileJob:
     opt: str = "O1"  # see lower.INDUCTOR_CONFIGS
     calib: CalibrationSpec | None = None
     backend: str = "inductor"  # forward buckets: "inductor", or "tensorrt" (CUDA; phases stay Inductor)
+    tp: int = 1  # tensor-parallel ranks of the verifier (this process is one of them; O1, a fixed shape)
 
     def __post_init__(self):
         if (self.shape is None) == (self.calib is None):
@@ -140,29 +142,39 @@ def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[
                           step) -> list[dict]:
     if job.opt == "O2":
         return lower_model_packages(w, loaded, widths, job, step)
-    buckets = []
+    buckets, rank = [], rank_world()[0]
     for name, model in loaded.items():
+        split = job.tp > 1 and name == "verifier"  # each rank lowers its slice; rank 0 the replicated drafter
         for width in widths[name]:
-            rel = f"artifacts/{bucket_name(name, width)}.pt2"
+            record = {"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width,
+                      "file": f"artifacts/{bucket_name(name, width)}.pt2"}
+            if split:
+                record.update(rank=rank, file=split_file(record["file"], rank))
             if job.backend == "tensorrt":
-                lower_bucket_tensorrt(model.graph, width, job.max_seq, w.path(rel))
-            else:
-                lower_bucket(model.graph, width, job.max_seq, w.path(rel), job.device, job.opt)
-            buckets.append({"name": bucket_name(name, width), "model": name, "kind": "forward",
-                            "width": width, "file": rel})
+                lower_bucket_tensorrt(model.graph, width, job.max_seq, w.path(record["file"]))
+            elif split or rank == 0:
+                lower_bucket(model.graph, width, job.max_seq, w.path(record["file"]), job.device, job.opt)
+            buckets.append(record)
             step(f"lowered {name} W={width}")
+    barrier()  # every rank's packages are written before any rank loads one
     return buckets
 
 
 def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJob, step) -> list[dict]:
     """The fused draft phase and greedy verify phase for the tree shape."""
+    rank = rank_world()[0]
     draft = draft_phase_bucket(shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
-    lower_draft_phase(draft.pop("module"), job.max_seq, w.path(draft["file"]), job.device, job.opt)
+    module = draft.pop("module")
+    if rank == 0:  # the drafter is replicated: one package for every rank
+        lower_draft_phase(module, job.max_seq, w.path(draft["file"]), job.device, job.opt)
     step(f"lowered the draft phase D={shape.depth} W={shape.width}")
     verify = verify_phase_bucket(shape, loaded["verifier"].graph, loaded["drafter"].graph)
+    if job.tp > 1:  # the verifier's slice, collectives inside: one package per rank
+        verify.update(rank=rank, file=split_file(verify["file"], rank))
     lower_verify_phase(verify.pop("module"), shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device,
                        job.opt)
     step(f"lowered the verify phase V={shape.verify}")
+    barrier()
     return [draft, verify]
 
 
@@ -246,7 +258,12 @@ def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
         raise YggcError(f"{job.drafter_dir} is an EAGLE-3 head: bundles with heads are CPU-only for now; "
                         "compile with --device cpu (the inductor backend)")
     check_drafter(job.verifier_dir, job.drafter_dir)
-    verifier = models.load(job.verifier_dir, job.dtype, job.max_seq, job.device)
+    if job.tp > 1:  # this rank's slice of the verifier
+        from ..runtime.tensor_parallel import load_verifier
+
+        verifier = load_verifier(job.verifier_dir, job.dtype, job.max_seq, job.device)
+    else:
+        verifier = models.load(job.verifier_dir, job.dtype, job.max_seq, job.device)
     return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype)}
 
 
@@ -276,7 +293,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
 
     loaded = load_checked_pair(job)
     step("loaded and checked the pair")
-    with BundleWriter(job.out, overwrite=job.overwrite) as w:
+    with bundle_writer(job.out, job.overwrite) as w:
         for name, model in loaded.items():
             w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths, head))
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
@@ -312,8 +329,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             plan["adaptive"] = adaptive
         w.write_json("plan.json", {"depth": shape.depth, "width": shape.width, "verify": shape.verify, **plan})
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
-                  "buckets": buckets,
-                  "extra": {"opt": job.opt, "backend": job.backend, "package_width": width,
+                  "buckets": every_rank(buckets, job.tp),
+                  "extra": {"opt": job.opt, "backend": job.backend, "package_width": width, "tp": job.tp,
                             "drafter": drafter_record(loaded["drafter"].graph),
                             "compile_s": round(time.perf_counter() - t_start, 1)}})
         step("wrote the bundle")

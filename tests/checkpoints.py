@@ -49,7 +49,10 @@ CONFIGS = {
 # a vocabulary small enough that exact next-token distributions can be checked by counting
 TINY_VOCAB = dict(model_type="llama", vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
-CONFIGS_ALL = {**CONFIGS, "tiny_vocab": TINY_VOCAB}
+# deep enough for EasySpec's inner layer sets (layers 1-3 and 4, first and last excluded)
+LLAMA_DEEP = dict(model_type="llama", vocab_size=300, hidden_size=48, intermediate_size=64, num_hidden_layers=6,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+CONFIGS_ALL = {**CONFIGS, "tiny_vocab": TINY_VOCAB, "llama_deep": LLAMA_DEEP}
 
 
 def make_tokenizer(vocab_size: int = 300) -> Tokenizer:

@@ -38,7 +38,7 @@ def checkpoint(ckpt_root):
     def get(name: str) -> Path:
         path = ckpt_root / name
         if not path.exists():
-            write_checkpoint(path, name, seed=sorted(CONFIGS).index(name))
+            write_checkpoint(path, name, seed=sorted(CONFIGS).index(name) if name in CONFIGS else 99)
         return path
 
     return get

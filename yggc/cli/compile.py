@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..errors import YggcError
 from ..runtime import models
 from ..runtime.device import resolve_device
-from .run import tree_shape
+from .run import tp_world, tree_shape
 
 if TYPE_CHECKING:
     from ..passes.calibrate import CalibrationSpec
@@ -27,18 +27,43 @@ DEFAULT_OPT = {"cpu": "O2", "cuda": "O1"}
 
 def compile_command(args: argparse.Namespace) -> int:
     from ..passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
+    from ..runtime.tensor_parallel import launched_world
 
     signal.signal(signal.SIGTERM, _interrupt)
     check_target(args)  # before anything slow
     verifier_dir, drafter_dir = compile_pair(args)
     calib = calibration_spec(args)
+    world = tp_degree(args, calib, drafter_dir)
+    if world > launched_world():  # --tp N without torchrun: start the N ranks here, each compiles its slice
+        from .ranks import launch_ranks
+
+        return launch_ranks(world, compile_command, args)
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
                      None if calib else tree_shape(args), models.parse_dtype(args.dtype),
                      models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite,
-                     opt=args.opt or DEFAULT_OPT[args.device], calib=calib, backend=args.backend)
+                     opt=args.opt or ("O1" if world > 1 else DEFAULT_OPT[args.device]), calib=calib,
+                     backend=args.backend, tp=world)
     warn_if_busy()
     compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
     return 0
+
+
+def tp_degree(args: argparse.Namespace, calib, drafter_dir: Path) -> int:
+    """--tp (or torchrun's world size), and what a tensor-parallel compile cannot do yet, each in one line."""
+    from ..runtime.drafters import drafter_kind
+
+    world = tp_world(args)
+    if world == 1:
+        return 1
+    if calib is not None:
+        raise YggcError("a tensor-parallel compile takes a fixed tree (calibration under --tp is not built); "
+                        "pass --depth and --width instead of --calib")
+    if args.opt == "O2" or args.backend != "inductor":
+        raise YggcError("tensor-parallel bundles are built at --opt O1 with the inductor backend; drop --opt O2 / "
+                        "--backend tensorrt")
+    if drafter_kind(drafter_dir) != "llama":
+        raise YggcError("tensor-parallel bundles need a standalone drafter; an EAGLE-3 head is not supported yet")
+    return world
 
 
 def check_target(args: argparse.Namespace) -> None:

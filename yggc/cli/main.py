@@ -93,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tp", type=POSITIVE, default=1,
                      help="without BUNDLE: split the verifier over this many local processes (tensor parallel; "
                           "torchrun --nproc-per-node N -m yggc run ... does the same across nodes)")
+    run.add_argument("--draft-parallel", choices=["sequential", "fuzzy"], default="sequential",
+                     help="without BUNDLE: fuzzy runs sets of the drafter's attention layers at once, one per rank "
+                          "(EasySpec), and recomputes the accepted tokens' drafter K/V exactly after each "
+                          "verification; output is unchanged (default sequential)")
+    run.add_argument("--fuzzy-layers", type=POSITIVE, default=None,
+                     help="with --draft-parallel fuzzy: attention layers per set (default the rank count, or 2)")
+    run.add_argument("--fuzzy-span", choices=["inner", "all"], default="inner",
+                     help="with --draft-parallel fuzzy: layers that may join a set; inner leaves out the first and "
+                          "last (EasySpec's choice; default)")
     run.add_argument("--static", action="store_true",
                      help="with BUNDLE: draft the plan's one tree shape every iteration (no depth predictor)")
     run.add_argument("--trace", metavar="OUT.json",
@@ -118,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --calib: also decode the text by sampling at this temperature and keep a second "
                            "plan, which requests at T > 0 use (default 0: greedy only)")
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
+    comp.add_argument("--tp", type=POSITIVE, default=1,
+                      help="split the verifier over this many local processes (tensor parallel): each compiles its "
+                           "slice, collectives inside the graph; the bundle then runs on exactly as many ranks "
+                           "(fixed --depth/--width, --opt O1; torchrun --nproc-per-node N -m yggc compile ... too)")
     comp.add_argument("--opt", choices=["O1", "O2"],
                       help="O2 (default on cpu): one package per model serving every width, weights frozen in and "
                            "packed for Inductor's C++ GEMMs, batch-invariant rows, eager tree phases around it. "

@@ -44,8 +44,16 @@ def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.Lo
 
 def eager_decoder(args: argparse.Namespace):
     verifier, drafter = load_models(args)
+    if drafter is None and args.draft_parallel == "fuzzy":
+        raise YggcError("--draft-parallel fuzzy needs a drafter: name it with -md")
     if drafter is None:
         return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
+    if args.draft_parallel == "fuzzy":
+        from ..runtime.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
+
+        fuzzy = fuzzy_drafter(drafter.graph, args.fuzzy_layers or max(2, tp_world(args)), args.fuzzy_span)
+        return verifier, FuzzyDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), fuzzy,
+                                      args.chain_rule, args.tree_rule)
     dec = drafters.speculative_decoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args),
                                        args.chain_rule, args.tree_rule)
     return verifier, dec
@@ -54,6 +62,9 @@ def eager_decoder(args: argparse.Namespace):
 def bundle_decoder(args: argparse.Namespace):
     from ..runtime.runtime import Runtime
 
+    if args.draft_parallel != "sequential":
+        raise YggcError("--draft-parallel fuzzy runs the drafter eagerly; drop the bundle and name the pair with "
+                        "-m/-md")
     if args.model or args.model_draft or args.max_seq or args.dtype != "float32":
         raise YggcError("a bundle fixes its models, dtype and --max-seq; drop -m/-md/--dtype/--max-seq "
                         "or re-run `yggc compile` with them")
@@ -127,9 +138,6 @@ def tp_world(args: argparse.Namespace) -> int:
     world = launched_world()
     if world > 1 and args.tp not in (1, world):
         raise YggcError(f"--tp {args.tp} but torchrun started {world} ranks; drop --tp or make them equal")
-    if max(world, args.tp) > 1 and args.bundle:
-        raise YggcError("a bundle runs in one process (tensor-parallel bundles are not built); drop --tp, or run "
-                        "the checkpoints with -m/-md")
     return max(world, args.tp)
 
 
@@ -138,11 +146,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     world = tp_world(args)
     if world > launched_world():  # --tp N without torchrun: start the N ranks here, each runs this command
-        from functools import partial
+        from .ranks import launch_ranks
 
-        from ..runtime.tensor_parallel import launch
-
-        return launch(world, partial(run_command, args))
+        return launch_ranks(world, run_command, args)
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed, args.min_p)
     set_threads(args.threads)
     verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)

@@ -22,17 +22,23 @@ def align_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
 
 
 class DraftPhase(nn.Module):
-    def __init__(self, drafter: nn.Module, depth: int, width: int, vocab: int, trash: int):
+    """`tree_drafter` (default: the drafter) runs the D - 1 tree steps: a fuzzy drafter (graphs/fuzzy.py)
+    drafts faster there, while the head step stays exact."""
+
+    def __init__(self, drafter: nn.Module, depth: int, width: int, vocab: int, trash: int,
+                 tree_drafter: nn.Module | None = None):
         super().__init__()
         self.drafter, self.depth, self.width, self.vocab, self.trash = drafter, depth, width, vocab, trash
+        self.tree_drafter = tree_drafter  # None: the drafter (not registered twice, for export)
 
     def head(self, pending_tokens, root_row, n, view_slots) -> torch.Tensor:
         """Feed the tokens the drafter has not seen, root last at slot n (padding rows go to the trash
-        slot) -> root logits [vocab]. pending_tokens [2], root_row [] (index of the root), n []."""
-        rows = torch.arange(HEAD_WIDTH, device=pending_tokens.device)
+        slot) -> root logits [vocab]. pending_tokens [P] (HEAD_WIDTH, or more after a bonus calibration),
+        root_row [] (index of the root), n []."""
+        rows = torch.arange(pending_tokens.shape[0], device=pending_tokens.device)
         slots = torch.where(rows <= root_row, n - root_row + rows, self.trash)  # position = slot
         mask = view_slots[None, :] <= slots[:, None]  # causal; padding rows see everything harmlessly
-        logits = self.drafter(pending_tokens, slots, slots, mask)  # [2, Vd]
+        logits = self.drafter(pending_tokens, slots, slots, mask)  # [P, Vd]
         return align_vocab(logits.index_select(0, root_row.view(1))[0], self.vocab)
 
     def export_inputs(self, max_seq: int, device: str) -> tuple[tuple[torch.Tensor, ...], int]:
@@ -42,7 +48,7 @@ class DraftPhase(nn.Module):
                 torch.zeros(2, self.depth, **long)), 2
 
     def forward(self, pending_tokens, meta, view_slots, moves):
-        """pending_tokens [2] (root last), meta [2] = (root row, root slot n), view_slots [S] = arange(S)
+        """pending_tokens [P] (root last), meta [2] = (root row, root slot n), view_slots [S] = arange(S)
         (its length is the cache view), moves [2, D] = K/V (src, dst) slots the last acceptance left for
         the drafter -> tree tokens, parents, depth [N] long, cum_logp [N], ancestors [N, N]; N = 1 + D*W."""
         W, view = self.width, view_slots.shape[0]
@@ -52,8 +58,9 @@ class DraftPhase(nn.Module):
         state = egt_init(0, self.depth, W, self.vocab, device=pending_tokens.device)
         state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), pending_tokens.index_select(0, root_row.view(1)))
         state = egt_step(state, torch.log_softmax(root_logits, -1).expand(W, -1))
+        tree_drafter = self.drafter if self.tree_drafter is None else self.tree_drafter
         for _ in range(self.depth - 1):
             f = egt_frontier(state)
-            logits = self.drafter(f.tokens, n + f.depth, n + f.ids, tree_mask(n, f.mask, view))
+            logits = tree_drafter(f.tokens, n + f.depth, n + f.ids, tree_mask(n, f.mask, view))
             state = egt_step(state, torch.log_softmax(align_vocab(logits, self.vocab), -1))
         return state.tokens, state.parents, state.depth, state.cum_logp, state.anc

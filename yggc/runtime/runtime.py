@@ -16,6 +16,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch.distributed as dist
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
@@ -31,6 +32,7 @@ from .detokenize import StreamDecoder
 from .device import resolve_device
 from .request_lock import RequestLock
 from .stats import DecodeStats
+from .tensor_parallel import check_world, load_verifier
 
 
 @dataclass
@@ -71,10 +73,15 @@ class Runtime:
         """Validate the manifest and every file first, then load weights and compiled buckets."""
         path = Path(path)
         manifest = validate_bundle(path)
+        tp = manifest.extra.get("tp", 1)
+        check_world(path, tp)
         dtype = models.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
         frozen = manifest.extra.get("opt") == "O2"  # the packages carry the weights: load the caches only
-        verifier = models.load(path / "verifier", dtype, manifest.max_seq, device, weights=not frozen)
+        if tp > 1:  # this rank's slice (joining the process group), for its own verifier packages
+            verifier = load_verifier(path / "verifier", dtype, manifest.max_seq, device)
+        else:
+            verifier = models.load(path / "verifier", dtype, manifest.max_seq, device, weights=not frozen)
         drafter = drafters.load_drafter(path / "drafter", verifier, dtype, device, weights=not frozen)
         recorded = manifest.extra.get("drafter", {"kind": "llama"})
         if recorded != drafters.drafter_record(drafter.graph):
@@ -86,9 +93,10 @@ class Runtime:
     @classmethod
     def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, models.LoadedModel]) -> Runtime:
         compiled, opt, backend = {}, manifest.extra.get("opt", "O1"), manifest.extra.get("backend", "inductor")
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        buckets = [b for b in manifest.buckets if b.get("rank", rank) == rank]  # a TP rank's, and the shared ones
         for name, model in loaded.items():
-            files = {b["width"]: path / b["file"] for b in manifest.buckets
-                     if b["model"] == name and b["kind"] == "forward"}
+            files = {b["width"]: path / b["file"] for b in buckets if b["model"] == name and b["kind"] == "forward"}
             compiled[name] = CompiledModel(model.graph, files, opt, backend, manifest.extra.get("package_width", 0),
                                            drafters.features_package(name, opt, loaded["drafter"].graph))
         plan = json.loads((path / "plan.json").read_text())
@@ -100,7 +108,7 @@ class Runtime:
             rt.sampling_plan = (TreeShape.from_args(sampling["depth"], sampling["width"], sampling["verify"]),
                                 sampling["speculate"])
         v, d = loaded["verifier"].graph, loaded["drafter"].graph
-        for b in manifest.buckets:
+        for b in buckets:
             shape = TreeShape(b.get("depth", 1), b.get("width", 1), b.get("verify", 1))
             if b["kind"] == "draft_phase":
                 phase = drafters.draft_phase(d, shape, v.cfg.vocab_size, manifest.max_seq)

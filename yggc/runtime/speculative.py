@@ -86,6 +86,8 @@ class SpeculativeDecoder:
         self.draft_phase, self.run_draft, self.run_verify = self.phases[shape]
         self.no_moves = torch.full((2, shape.depth), self.layout.trash, dtype=torch.long, device=self.device)
 
+    head_width = HEAD_WIDTH  # rows of a head step: the root and at most one accepted leaf
+
     # -- what a drafter kind overrides (yggc.runtime.eagle3_decoder is the other kind) ------------------
     def make_draft_phase(self) -> torch.nn.Module:
         return DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash)
@@ -133,8 +135,8 @@ class SpeculativeDecoder:
         return self.views[view]
 
     def head_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
-        """Tokens the drafter has not seen (root last, at slot n), padded to HEAD_WIDTH; (root row, n)."""
-        tokens = torch.tensor(pending + [0] * (HEAD_WIDTH - len(pending)))
+        """Tokens the drafter has not seen (root last, at slot n), padded to head_width; (root row, n)."""
+        tokens = torch.tensor(pending + [0] * (self.head_width - len(pending)))
         meta = torch.tensor([len(pending) - 1, n])
         return tokens, meta, self.view_slots(n + self.shape.n_nodes)
 

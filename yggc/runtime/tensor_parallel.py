@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from ..errors import USER_ERRORS
+from ..errors import USER_ERRORS, YggcError
 from ..graphs.tensor_parallel import load_tp_model
 from . import models
 
@@ -25,6 +25,18 @@ from . import models
 def launched_world() -> int:
     """WORLD_SIZE of a torchrun launch (1 when not launched that way)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def check_world(bundle, tp: int) -> None:
+    """A bundle runs on exactly the ranks it was compiled for: one clear error otherwise."""
+    world = launched_world()
+    if tp == world:
+        return
+    if tp == 1:
+        raise YggcError(f"{bundle} was compiled for one process, but {world} ranks run it; drop --tp (and "
+                        f"torchrun), or re-run `yggc compile --tp {world}`")
+    raise YggcError(f"{bundle} was compiled for {tp} tensor-parallel ranks, but {world} process(es) run it; run "
+                    f"`yggc run --tp {tp} {bundle}` (or torchrun --nproc-per-node {tp} -m yggc run {bundle})")
 
 
 def quiet_unless_first(rank: int) -> None:
@@ -40,6 +52,9 @@ def join(device: str = "cpu") -> int:
         if device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
         quiet_unless_first(dist.get_rank())
+        share = max(1, (os.cpu_count() or 1) // dist.get_world_size())
+        if torch.get_num_threads() > share:  # ranks on one machine split its cores; more threads only contend
+            torch.set_num_threads(share)
     return dist.get_rank()
 
 
