@@ -54,13 +54,20 @@ def weight_files(model_dir: Path) -> list[Path]:
     return files
 
 
-def read_hf_tensors(model_dir: Path) -> dict[str, torch.Tensor]:
+def read_hf_tensors(model_dir: Path, cut=None) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint; with `cut(name, shape) -> (dim, start, stop) | None`, only that range of
+    each tensor is read from the file (a tensor-parallel rank's slice), the whole tensor where it says None."""
     tensors = {}
     for f in weight_files(model_dir):
         try:
             with safe_open(str(f), framework="pt") as st:
                 for name in st.keys():
-                    tensors[name] = st.get_tensor(name)
+                    part = cut and cut(name, st.get_slice(name).get_shape())
+                    if part is None:
+                        tensors[name] = st.get_tensor(name)
+                    else:
+                        dim, start, stop = part
+                        tensors[name] = st.get_slice(name)[(slice(None),) * dim + (slice(start, stop),)]
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
             raise CheckpointError(f"{f} cannot be read as safetensors ({e})") from None
     return tensors

@@ -7,10 +7,13 @@ attention heads, KV heads and MLP width, so its KV cache holds only its KV heads
     head on the ranks whose query heads share it);
   - the attention output and down projections are split by input (row-parallel): each rank's partial
     sum is all-reduced (a forward hook on the layer; biases are added on rank 0 only);
-  - the LM head is split by vocabulary rows (padded to a multiple of world) and the logits all-gathered,
-    so every rank ends each forward with the full [W, vocab] logits and the decode loop above it runs
-    unchanged and identically on every rank;
-  - embeddings and norms are replicated.
+  - a mixture-of-experts layer splits every expert (and the shared expert) the same way and all-reduces
+    the whole block's output once; the router is replicated, so every rank picks the same experts and
+    runs the same torch.cond branches;
+  - the LM head is split by vocabulary rows (padded to a multiple of world) and the ranks' logits summed
+    into place, so every rank ends each forward with the full [W, vocab] logits and the decode loop above
+    it runs unchanged and identically on every rank;
+  - embeddings, norms and routers are replicated.
 The forward signature is the single-process graph's; launch one process per rank (torchrun) after
 torch.distributed.init_process_group.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -28,54 +32,61 @@ from torch import nn
 from .checkpoint import _check_dir, empty_graph, load_config, read_hf_tensors, to_graph_state
 from .config import CheckpointError, ModelConfig
 from .llama import LlamaGraph
+from .moe import MoeFeedForward
 
 
 def local_config(cfg: ModelConfig, world: int) -> ModelConfig:
-    """One rank's share of the heads, KV heads and MLP width; one clear error where they do not divide."""
-    if cfg.moe is not None:
-        raise CheckpointError(f"tensor parallelism does not support {cfg.model_type} (MoE) verifiers yet; run it "
-                              "on one process")
+    """One rank's share of the heads, KV heads and MLP widths (every expert's too); one clear error where they
+    do not divide."""
     kv_ok = cfg.n_kv_heads % world == 0 or world % cfg.n_kv_heads == 0  # fewer KV heads: each rank keeps one
-    for name, n, ok in (("attention heads", cfg.n_heads, cfg.n_heads % world == 0),
-                        ("key/value heads", cfg.n_kv_heads, kv_ok),
-                        ("intermediate_size", cfg.intermediate_size, cfg.intermediate_size % world == 0)):
+    checks = [("attention heads", cfg.n_heads, cfg.n_heads % world == 0), ("key/value heads", cfg.n_kv_heads, kv_ok),
+              ("intermediate_size", cfg.intermediate_size, cfg.intermediate_size % world == 0)]
+    if cfg.moe is not None:  # every expert is split like a dense MLP; the router stays whole on every rank
+        checks += [(name, n, n % world == 0) for name, n in (("expert intermediate size", cfg.moe.expert_size),
+                                                             ("shared expert size", cfg.moe.shared_expert_size))]
+    for name, n, ok in checks:
         if not ok:
             raise CheckpointError(f"{name} ({n}) do not split over {world} ranks; use a tensor-parallel degree "
                                   "that divides them")
+    moe = cfg.moe and dataclasses.replace(cfg.moe, expert_size=cfg.moe.expert_size // world,
+                                          shared_expert_size=cfg.moe.shared_expert_size // world)
     return dataclasses.replace(cfg, n_heads=cfg.n_heads // world, n_kv_heads=max(1, cfg.n_kv_heads // world),
-                               intermediate_size=cfg.intermediate_size // world)
+                               intermediate_size=cfg.intermediate_size // world, moe=moe)
 
 
-def _rows(t: torch.Tensor, rank: int, parts: int) -> torch.Tensor:
-    n = t.shape[0] // parts
-    return t[rank * n:(rank + 1) * n]
+ROW_SPLIT = {"q_proj", "gate_proj", "up_proj", "w1", "w3"}  # column-parallel: this rank's output rows
+KV_SPLIT = {"k_proj", "v_proj"}
+COLUMN_SPLIT = {"o_proj", "down_proj", "w2"}  # row-parallel: this rank's input columns (w1/w2/w3: Mixtral experts)
+Cut = tuple[int, int, int]  # (dim, start, stop) of a checkpoint tensor
 
 
-def _kv_rows(t: torch.Tensor, cfg: ModelConfig, rank: int, world: int) -> torch.Tensor:
-    """This rank's KV heads; with fewer KV heads than ranks, the one KV head its query heads share."""
-    if cfg.n_kv_heads >= world:
-        return _rows(t, rank, world)
-    return _rows(t, rank // (world // cfg.n_kv_heads), cfg.n_kv_heads)
+def rank_cut(cfg: ModelConfig, rank: int, world: int) -> Callable[[str, list[int]], Cut | None]:
+    """What rank reads of each checkpoint tensor (HF name, shape) -> a cut, or None for the whole tensor."""
+    n_vocab = math.ceil(cfg.vocab_size / world)
+    kv_group = rank // (world // cfg.n_kv_heads) if cfg.n_kv_heads < world else None  # a shared KV head
+
+    def cut(name: str, shape: list[int]) -> Cut | None:
+        proj, kind = ("", *name.split("."))[-2:]  # "...self_attn.q_proj.weight" -> q_proj, weight
+        if name.endswith("lm_head.weight"):
+            return 0, rank * n_vocab, min(cfg.vocab_size, (rank + 1) * n_vocab)
+        if proj in KV_SPLIT and kv_group is not None:
+            return 0, kv_group * cfg.head_dim, (kv_group + 1) * cfg.head_dim
+        if proj in ROW_SPLIT | KV_SPLIT:
+            n = shape[0] // world
+            return 0, rank * n, (rank + 1) * n
+        if proj in COLUMN_SPLIT and kind == "weight":
+            n = shape[1] // world
+            return 1, rank * n, (rank + 1) * n
+        return None  # embeddings, norms, routers; a row-parallel bias, which rank 0 alone adds
+
+    return cut
 
 
-def shard_state(state: dict[str, torch.Tensor], cfg: ModelConfig, rank: int, world: int) -> dict[str, torch.Tensor]:
-    """The full graph state (to_graph_state's names) -> rank's slices under the same names."""
-    q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    out = {}
-    for name, t in state.items():
-        if name.endswith("attn.wqkv.weight") or name.endswith("attn.wqkv.bias"):
-            q, k, v = t.split([q_rows, kv_rows, kv_rows])
-            out[name] = torch.cat([_rows(q, rank, world), *(_kv_rows(x, cfg, rank, world) for x in (k, v))])
-        elif name.endswith("mlp.w13.weight") or name.endswith("mlp.w13.bias"):
-            gate, up = t.chunk(2)
-            out[name] = torch.cat([_rows(gate, rank, world), _rows(up, rank, world)])
-        elif name.endswith("attn.wo.weight") or name.endswith("mlp.w2.weight"):
-            out[name] = _rows(t.t(), rank, world).t().contiguous()  # the input columns of this rank's heads
-        elif name.endswith("attn.wo.bias") or name.endswith("mlp.w2.bias"):
-            out[name] = t if rank == 0 else torch.zeros_like(t)  # added once, by the all-reduce
-        else:
-            out[name] = t
-    return out
+def _bias_once(state: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """A row-parallel layer's bias is added once, after the all-reduce: rank 0 keeps it, the others zero it."""
+    if rank == 0:
+        return state
+    return {k: torch.zeros_like(v) if k.endswith(("attn.wo.bias", "w2.bias")) else v for k, v in state.items()}
 
 
 def sum_over_ranks(t: torch.Tensor) -> torch.Tensor:
@@ -116,10 +127,12 @@ class VocabParallelHead(nn.Module):
         return torch.where(in_vocab, full, 0.0)[:, : self.vocab].to(h.dtype)  # [W, V], a new buffer
 
 
-def head_rows(weight: torch.Tensor, rank: int, world: int) -> torch.Tensor:
-    """Rows [rank * n, (rank + 1) * n) of the LM head, n = ceil(V / world), zero rows past V."""
-    n = math.ceil(weight.shape[0] / world)
-    rows = weight[rank * n:(rank + 1) * n]
+def head_rows(state: dict[str, torch.Tensor], cfg: ModelConfig, rank: int, world: int) -> torch.Tensor:
+    """This rank's n = ceil(V / world) rows of the LM head (the embedding's, if tied), zero rows past V."""
+    n = math.ceil(cfg.vocab_size / world)
+    rows = state.pop("lm_head.weight", None)  # untied: read already cut to these rows
+    if rows is None:
+        rows = state["embed.weight"][rank * n:(rank + 1) * n]
     return torch.cat([rows, rows.new_zeros(n - rows.shape[0], rows.shape[1])]) if rows.shape[0] < n else rows
 
 
@@ -131,15 +144,15 @@ def load_tp_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torc
     path = _check_dir(model_dir)
     full = load_config(path)
     graph = empty_graph(local_config(full, world), n_slots, dtype, device)
-    state = to_graph_state(read_hf_tensors(path), full)
-    state = {k: v.to(dtype) for k, v in shard_state(state, full, rank, world).items()}
-    head = state.pop("lm_head.weight", state["embed.weight"])  # tied: the embedding's rows
+    state = to_graph_state(read_hf_tensors(path, rank_cut(full, rank, world)), full)  # only this rank's slices
+    state = {k: v.to(dtype) for k, v in _bias_once(state, rank).items()}
+    head = head_rows(state, full, rank, world)
     missing = set(graph.state_dict()) - set(state) - {"lm_head.weight"}
     if missing:
         raise CheckpointError(f"{path}: weight {sorted(missing)[0]!r} is missing")
     graph.load_state_dict(state, strict=False)
-    graph.lm_head = VocabParallelHead(head_rows(head, rank, world).to(device), full.vocab_size, rank, world)
-    for layer in graph.layers:
+    graph.lm_head = VocabParallelHead(head.to(device), full.vocab_size, rank, world)
+    for layer in graph.layers:  # the row-parallel outputs: attention's, and the whole feed-forward's
         layer.attn.wo.register_forward_hook(_all_reduce)
-        layer.mlp.w2.register_forward_hook(_all_reduce)
+        (layer.mlp if isinstance(layer.mlp, MoeFeedForward) else layer.mlp.w2).register_forward_hook(_all_reduce)
     return graph.eval().requires_grad_(False)

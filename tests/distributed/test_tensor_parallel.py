@@ -1,5 +1,6 @@
 """Tensor parallelism over 2 gloo ranks launched from pytest: each rank's logits equal the single-process
 graph's, and greedy tree decoding with the split verifier equals single-process autoregressive decoding."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -21,7 +22,8 @@ from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams
 
 WORLD = 2
-NAMES = ["llama_gqa", "qwen2_bias", "llama_tied_llama3"]  # biases (row-parallel o bias), a tied head
+# biases (row-parallel o bias), a tied head, split experts (and a split shared expert beside a dense layer)
+NAMES = ["llama_gqa", "qwen2_bias", "llama_tied_llama3", "mixtral_top2", "qwen2_moe_shared"]
 SHAPE = TreeShape(3, 2, 5)
 
 
@@ -81,8 +83,12 @@ def test_a_degree_that_does_not_divide_the_heads_is_one_clear_error(checkpoint):
         local_config(cfg, 3)
     assert local_config(cfg, 1) == cfg
     assert (local_config(cfg, 4).n_heads, local_config(cfg, 4).n_kv_heads) == (1, 1)  # KV heads shared by 2 ranks
-    with pytest.raises(CheckpointError, match="MoE"):
-        local_config(load_config(checkpoint("mixtral_top2")), 2)
+    moe = local_config(load_config(checkpoint("qwen2_moe_shared")), 2).moe  # experts 40, shared expert 56
+    assert (moe.expert_size, moe.shared_expert_size, moe.n_experts) == (20, 28, 5)
+    odd = load_config(checkpoint("qwen2_moe_shared"))
+    odd = dataclasses.replace(odd, moe=dataclasses.replace(odd.moe, expert_size=41))
+    with pytest.raises(CheckpointError, match=r"expert intermediate size \(41\) do not split over 2 ranks"):
+        local_config(odd, 2)
 
 
 def run_cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
