@@ -58,15 +58,15 @@ def assignments(profile: dict) -> list[Assignment]:
 def estimate(variant: str, assignment: Assignment, shape: TreeShape, tokens_per_iter: float,
              stages: StageCosts) -> PlanEstimate:
     schedule = list_schedule(iteration_dag(variant, shape, stages, assignment))
-    return PlanEstimate(variant, assignment.name, shape, tokens_per_iter, schedule)
+    return PlanEstimate(variant, assignment.name, shape, stages.tokens_per_iter(variant, tokens_per_iter), schedule)
 
 
 def search_plans(candidates: dict[TreeShape, float], profile: dict,
                  variants: tuple[str, ...] = VARIANTS) -> list[PlanEstimate]:
     """Every (variant, shape, assignment), best estimated ms per token first (ties: fewer nodes)."""
     stages = StageCosts.from_profile(profile, max(s.depth for s in candidates))
-    plans = [estimate(v, a, shape, tpi, stages)
-             for shape, tpi in candidates.items() for v in variants for a in assignments(profile)]
+    plans = [estimate(v, a, shape, tpi, stages) for shape, tpi in candidates.items()
+             for v in variants if stages.prices(v) for a in assignments(profile)]
     return sorted(plans, key=lambda p: (p.ms_per_token, p.shape.n_nodes, VARIANTS.index(p.variant)))
 
 

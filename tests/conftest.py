@@ -67,3 +67,19 @@ def demo_runtime(tmp_path_factory):
     verifier, drafter = drafters.load_pair(copy, drafter_dir, torch.float32, 512)
     compiled = {"verifier": CompiledModel(verifier.graph, {}), "drafter": CompiledModel(drafter.graph, {})}
     return Runtime(copy, None, verifier, drafter, compiled, TreeShape(3, 2, 5))
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(ckpt_root):
+    """A verifier and drafter over an 8-token vocabulary (exact distributions can be checked by counting),
+    32-slot caches: (verifier graph, drafter graph, layout). Module scope: sampling tests advance the caches."""
+    from yggc.graphs import load_model
+
+    from yggc.runtime.cache_layout import CacheLayout
+
+    layout = CacheLayout(32)
+    v, d = ckpt_root / "tiny_v", ckpt_root / "tiny_d"
+    if not d.exists():  # written once per session; each module loads its own graphs
+        write_checkpoint(v, "tiny_vocab", seed=5, tokenizer=False)
+        write_checkpoint(d, "tiny_vocab", seed=6, tokenizer=False)
+    return load_model(v, layout.n_slots), load_model(d, layout.n_slots), layout

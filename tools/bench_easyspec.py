@@ -85,7 +85,7 @@ def rank_main(rank: int, port: int, args, shape: TreeShape, out) -> None:
 
 
 def draft_phase_times(args, shape: TreeShape) -> None:
-    from yggc.runtime.tensor_parallel import _free_port
+    from yggc.runtime.tensor_parallel import free_port
 
     rows = {"1 process, 1 thread, sequential": [], f"1 process, {args.threads} threads, sequential": [],
             "2 ranks x 1 thread, fuzzy all:2": []}
@@ -96,7 +96,7 @@ def draft_phase_times(args, shape: TreeShape) -> None:
             with torch.inference_mode():
                 rows[key].append(timed_calls(phase_call(args, 1, 0, shape), args.calls))
         out = mp.Manager().dict()
-        mp.spawn(rank_main, args=(_free_port(), args, shape, out), nprocs=WORLD)
+        mp.spawn(rank_main, args=(free_port(), args, shape, out), nprocs=WORLD)
         rows[keys[2]].append(out[0])
     print(f"\ndraft phase {label(shape)} at {args.context} cached tokens, {args.dtype}, median of {args.rounds} "
           f"rounds x {args.calls} calls")

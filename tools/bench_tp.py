@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ from yggc.passes.profile import bucket_latency_ms
 from yggc.runtime import models
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import CacheLayout
+from yggc.runtime.tensor_parallel import free_port
 from yggc.runtime.timing import median_ms
 
 MODES = ("eager", "aoti", "ingraph", "segments")
@@ -94,8 +94,11 @@ def rank_main(rank: int, args, port: int, tmp: str, results) -> None:
         graph = tp.load_tp_model(args.model, CacheLayout(args.max_seq).n_slots, models.parse_dtype(args.dtype))
         layout = CacheLayout(args.max_seq)
         dist.barrier()
+        row = torch.zeros(1, graph.cfg.hidden_size)  # one step's all-reduce at width 1, float32
+        allreduce = median_ms(lambda: dist.all_reduce(row), 100, warmup=10)
         times = time_modes(graph, layout, args, Path(tmp), f"rank{rank}")
-        results[rank] = {"bandwidth": bandwidth, "bytes": weight_bytes(graph), "ms": times}
+        results[rank] = {"bandwidth": bandwidth, "bytes": weight_bytes(graph), "ms": times, "allreduce": allreduce,
+                         "collectives": 2 * graph.cfg.n_layers + 1}
     finally:
         dist.destroy_process_group()
 
@@ -117,13 +120,16 @@ def report(single: dict, ranks: dict, args) -> None:
     print(f"read bandwidth: 1 process 2 threads {single[2]['bandwidth']:.1f} GB/s, 1 thread "
           f"{single[1]['bandwidth']:.1f} GB/s; 2 ranks at once {ranks[0]['bandwidth']:.1f} + "
           f"{ranks[1]['bandwidth']:.1f} GB/s")
-    print(f"\n{'setup':<24}{'mode':<10}" + "".join(f"{f'W={w} ms':>11}" for w in args.widths) + f"{'GB/s at W=1':>13}")
+    n, ms = ranks[0]["collectives"], max(r["allreduce"] for r in ranks.values())
+    print(f"an all-reduce of one [1, hidden] float32 row between the ranks: {ms:.3f} ms; a TP step makes {n} "
+          f"({n * ms:.1f} ms)")
+    print(f"\n{'setup':<26}{'mode':<10}" + "".join(f"{f'W={w} ms':>11}" for w in args.widths) + f"{'GB/s at W=1':>13}")
     rows = [(f"TP=1, {t} thread(s)", m, single[t]["ms"][m], single["bytes"]) for t in (2, 1) for m in ("eager", "aoti")]
     rows += [("TP=2, 2 ranks x 1 thread", m, {w: max(r["ms"][m][w] for r in ranks.values()) for w in args.widths},
               ranks[0]["bytes"] * WORLD) for m in MODES]
     for setup, mode, ms, nbytes in rows:
         rate = nbytes / 2**30 / (ms[args.widths[0]] / 1000)
-        print(f"{setup:<24}{mode:<10}" + "".join(f"{ms[w]:>11.2f}" for w in args.widths) + f"{rate:>13.1f}")
+        print(f"{setup:<26}{mode:<10}" + "".join(f"{ms[w]:>11.2f}" for w in args.widths) + f"{rate:>13.1f}")
 
 
 def main() -> None:
@@ -138,10 +144,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         single = single_process(args, Path(tmp))
         results = mp.Manager().dict()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(rank_main, args=(args, port, tmp, results), nprocs=WORLD)
+        mp.spawn(rank_main, args=(args, free_port(), tmp, results), nprocs=WORLD)
     report(single, dict(results), args)
     sys.stdout.flush()
 

@@ -114,3 +114,35 @@ def test_tp_flag_errors_are_one_line(tmp_path):
     odd = run_cli("-m", str(v), "--prompt-ids", "3,1", "--tp", "3")
     assert odd.returncode == 2 and odd.stderr.strip().endswith("attention heads (4) do not split over 3 ranks; "
                                                                "use a tensor-parallel degree that divides them")
+
+
+def nccl_rank_main(rank: int, init: str, verifier: str, out: str) -> None:
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=WORLD)
+    torch.cuda.set_device(rank)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        layout, device = CacheLayout(128), f"cuda:{rank}"
+        graph = load_tp_model(verifier, layout.n_slots, device=device)
+        pos = torch.arange(24, device=device)
+        ids = torch.tensor(prompt(graph.cfg.vocab_size, 24, 0), device=device)
+        with torch.inference_mode():
+            logits = graph(ids, pos, pos.clone(), causal_rows(pos, layout.n_slots))
+        save_file({"logits": logits.cpu().contiguous()}, f"{out}/logits{rank}.safetensors")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < WORLD, reason=f"needs {WORLD} CUDA devices")
+def test_nccl_ranks_give_one_process_logits(tmp_path):
+    v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=5)
+    mp.spawn(nccl_rank_main, args=(f"file://{tmp_path}/pg", str(v), str(tmp_path)), nprocs=WORLD)
+    layout = CacheLayout(128)
+    single = load_model(v, layout.n_slots)
+    pos = torch.arange(24)
+    with torch.inference_mode():
+        want = single(torch.tensor(prompt(single.cfg.vocab_size, 24, 0)), pos, pos.clone(),
+                      causal_rows(pos, layout.n_slots))
+    for rank in range(WORLD):
+        got = load_file(str(tmp_path / f"logits{rank}.safetensors"))["logits"]
+        assert (got - want).abs().max().item() <= 1e-4

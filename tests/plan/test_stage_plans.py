@@ -84,10 +84,11 @@ def test_search_finds_the_brute_force_best():
     candidates = {TreeShape(1, 1, 1): 1.6, TreeShape(2, 2, 3): 2.1, TreeShape(4, 2, 8): 2.9, TreeShape(6, 4, 20): 3.2}
     profile = {**PROFILE, "core_groups": {"verifier_factor": 1.1, "drafter_factor": 1.2}}
     plans = search_plans(candidates, profile)
-    assert len(plans) == len(candidates) * len(VARIANTS) * 2
+    priced = [v for v in VARIANTS if v != "fuzzy"]  # this profile has no fuzzy-drafting measurements
+    assert len(plans) == len(candidates) * len(priced) * 2
     brute = min(
         (iteration_ms(v, s, a) / t, v, a.name, s)
-        for s, t in candidates.items() for v in VARIANTS for a in (SHARED, split_assignment(1.1, 1.2)))
+        for s, t in candidates.items() for v in priced for a in (SHARED, split_assignment(1.1, 1.2)))
     assert (plans[0].ms_per_token, plans[0].variant, plans[0].assignment, plans[0].shape) == pytest.approx(brute)
     exe = best_executable(plans)
     assert (exe.variant, exe.assignment) in EXECUTABLE
@@ -113,3 +114,16 @@ def test_plan_record_reports_the_executed_plan_and_what_overlap_would_buy():
 def test_unknown_variant_is_refused():
     with pytest.raises(ValueError, match="unknown plan variant"):
         iteration_stages("pearl", TreeShape(2, 2, 3), STAGES)
+
+
+def test_fuzzy_drafting_is_priced_from_its_measurements():
+    fuzzy = StageCosts.from_profile({**PROFILE, "fuzzy": {"draft_factor": 0.5, "acceptance_ratio": 0.9}})
+    shape = TreeShape(5, 2, 5)
+    # bonus calibration: the head feeds D + 1 = 6 rows (2 + 0.5 * 2 ms), then 4 steps of width 2 (2 ms), all
+    # at half cost; prune, verify (6 rows, 10 ms), accept, compact as in the sequential plan
+    ms = list_schedule(iteration_dag("fuzzy", shape, fuzzy)).iteration_ms
+    assert ms == pytest.approx(0.5 * (3 + 4 * 2) + 0.1 + 10 + 0.2 + 0.3)
+    plans = search_plans({shape: 3.0}, {**PROFILE, "fuzzy": {"draft_factor": 0.5, "acceptance_ratio": 0.9}})
+    plan = next(p for p in plans if p.variant == "fuzzy")
+    assert plan.tokens_per_iter == pytest.approx(1 + 2 * 0.9)  # the bonus, and 90% of the accepted drafts
+    assert not plan.executable  # fuzzy drafting runs eagerly (yggc run --draft-parallel fuzzy), not in bundles

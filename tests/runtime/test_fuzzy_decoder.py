@@ -73,17 +73,9 @@ def test_bonus_calibration_leaves_the_exact_drafter_cache(deep_pairs, name):
     assert checked > 3  # iterations that accepted drafts, so their fuzzy K/V had to be replaced
 
 
-@pytest.fixture(scope="module")
-def tiny_fuzzy_pair(ckpt_root):
-    layout = CacheLayout(32)
-    v = write_checkpoint(ckpt_root / "tiny_v_fz", "tiny_vocab", seed=5, tokenizer=False)
-    d = write_checkpoint(ckpt_root / "tiny_d_fz", "tiny_vocab", seed=6, tokenizer=False)
-    return load_model(v, layout.n_slots), load_model(d, layout.n_slots), layout
-
-
 @pytest.mark.parametrize("shape,tree_rule", [((3, 2, 6), "rrs"), ((3, 1, 3), "rrs"), ((2, 3, 4), "point-mass")])
-def test_sampling_matches_verifier_distribution(tiny_fuzzy_pair, shape, tree_rule):
-    verifier, drafter, layout = tiny_fuzzy_pair
+def test_sampling_matches_verifier_distribution(tiny_pair, shape, tree_rule):
+    verifier, drafter, layout = tiny_pair
     params, prompt, root = SamplingParams(temperature=1.0), [1, 5, 2], 3
     dec = FuzzyDecoder(verifier, drafter, layout, TreeShape(*shape), FuzzyDrafter(drafter, ((0, 1),)),
                        tree_rule=tree_rule)

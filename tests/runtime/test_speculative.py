@@ -123,14 +123,6 @@ def load_model_like(model, layout):
 
 # -- sampling: the emitted tokens follow the verifier's distribution ------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_pair(ckpt_root):
-    layout = CacheLayout(32)
-    v = write_checkpoint(ckpt_root / "tiny_v", "tiny_vocab", seed=5, tokenizer=False)
-    d = write_checkpoint(ckpt_root / "tiny_d", "tiny_vocab", seed=6, tokenizer=False)
-    return load_model(v, layout.n_slots), load_model(d, layout.n_slots), layout
-
-
 def exact_next(verifier, layout, seq, params):
     s = torch.arange(len(seq))
     return target_probs(verifier(torch.tensor(seq), s, s, causal_rows(s, layout.n_slots))[-1], params).double()

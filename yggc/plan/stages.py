@@ -13,6 +13,11 @@ iteration turns out to need, and only the part the accepted path selects is kept
   aot_head    aot_tail, and after verification the drafter runs on every candidate bonus token
               (the verifier's choice after each verified node, V + 1 rows) while acceptance and
               compaction run; the next iteration's tree steps start from the accepted row's logits
+  fuzzy       sequential with the drafter's layer sets run EasySpec-fuzzily across the ranks: each
+              drafter step costs the measured fuzzy/sequential ratio (profile "fuzzy": draft_factor),
+              the head step feeds every accepted token and the bonus (bonus calibration: D + 1 rows),
+              and fuzzy drafts accept a measured share of what sequential ones do (acceptance_ratio);
+              priced only where the profile carries those measurements
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import networkx as nx
 from .cost_model import CostCurve
 from .shape import HEAD_WIDTH, TreeShape
 
-VARIANTS = ("sequential", "aot_tail", "aot_head")
+VARIANTS = ("sequential", "aot_tail", "aot_head", "fuzzy")
 ROLES = ("drafter", "verifier", "host")
 
 
@@ -54,6 +59,7 @@ class StageCosts:
     verifier: CostCurve  # T_verifier(width)
     drafter: CostCurve   # T_drafter(width)
     host_ms: dict[str, float] = field(default_factory=dict)  # prune, accept_greedy, compact_kv (profile host_ms)
+    fuzzy: dict[str, float] = field(default_factory=dict)  # draft_factor, acceptance_ratio (profile "fuzzy")
 
     @classmethod
     def from_profile(cls, profile: dict, depth: int = 1) -> StageCosts:
@@ -62,7 +68,17 @@ class StageCosts:
         curves = {name: CostCurve(**m["cost_curve"]) for name, m in profile["models"].items() if "cost_curve" in m}
         if "drafter" not in curves:
             curves["drafter"] = CostCurve(profile["phase_ms"]["draft"] / depth, 0.0, 0.0)
-        return cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})))
+        return cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})),
+                   dict(profile.get("fuzzy", {})))
+
+    def prices(self, variant: str) -> bool:
+        """Whether the costs cover `variant` (fuzzy drafting needs its own measurements)."""
+        return variant != "fuzzy" or {"draft_factor", "acceptance_ratio"} <= set(self.fuzzy)
+
+    def tokens_per_iter(self, variant: str, calibrated: float) -> float:
+        """Tokens per iteration under `variant`, from the calibrated (sequential-draft) ones: the bonus token
+        plus the accepted drafts, fewer of which a fuzzy draft gets accepted."""
+        return 1 + (calibrated - 1) * self.fuzzy.get("acceptance_ratio", 1.0) if variant == "fuzzy" else calibrated
 
     def host(self, name: str) -> float:
         return self.host_ms.get(name, 0.0)
@@ -83,11 +99,13 @@ def iteration_stages(variant: str, shape: TreeShape, p: StageCosts) -> list[Stag
     """The stages of one iteration, in their order along its critical path."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown plan variant {variant!r}; known: {', '.join(VARIANTS)}")
+    scale = p.fuzzy.get("draft_factor", 1.0) if variant == "fuzzy" else 1.0
+    head_width = {"aot_tail": 1, "fuzzy": shape.depth + 1}.get(variant, HEAD_WIDTH)
     stages = []
     if variant != "aot_head":
-        stages.append(Stage("head", "drafter", p.drafter(1 if variant == "aot_tail" else HEAD_WIDTH)))
-    stages += [Stage(f"draft{k}", "drafter", p.drafter(shape.width)) for k in range(1, shape.depth)]
-    if variant != "sequential":
+        stages.append(Stage("head", "drafter", scale * p.drafter(head_width)))
+    stages += [Stage(f"draft{k}", "drafter", scale * p.drafter(shape.width)) for k in range(1, shape.depth)]
+    if variant in ("aot_tail", "aot_head"):
         stages.append(Stage("tail", "drafter", p.drafter(shape.width)))
     stages += [Stage("prune", "host", p.host("prune")), Stage("verify", "verifier", p.verifier(shape.verify + 1))]
     if variant == "aot_head":

@@ -69,7 +69,8 @@ def load_verifier(model_dir, dtype: torch.dtype, max_seq: int, device: str = "cp
     return models.load(model_dir, dtype, max_seq, device, graph_loader=_rank_graph)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free local TCP port for the ranks' rendezvous."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -92,5 +93,10 @@ def _rank_main(rank: int, world: int, port: int, fn: Callable[[], int], results)
 def launch(world: int, fn: Callable[[], int]) -> int:
     """Run fn in `world` local ranks (what torchrun would start) -> rank 0's return value."""
     results = mp.Manager().dict()
-    mp.spawn(_rank_main, args=(world, _free_port(), fn, results), nprocs=world)
+    try:
+        mp.spawn(_rank_main, args=(world, free_port(), fn, results), nprocs=world)
+    except (mp.ProcessRaisedException, mp.ProcessExitedException):
+        if 0 not in results:  # rank 0 failed: its traceback is the one to show
+            raise
+        # rank 0 reported (say, a one-line error) and left; a rank still waiting on it in a collective failed
     return results.get(0, 1)
