@@ -116,7 +116,7 @@ class VocabParallelHead(nn.Module):
     def __init__(self, weight: torch.Tensor, vocab: int, rank: int, world: int):
         super().__init__()
         self.vocab, self.rank, self.world = vocab, rank, world
-        self.register_buffer("weight", weight, persistent=False)
+        self.weight = nn.Parameter(weight, requires_grad=False)  # a weight like any other (counted, exported)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         part = (h @ self.weight.t()).float()  # [W, n]

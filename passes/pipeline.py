@@ -35,13 +35,14 @@ from ..runtime.drafters import (
     verify_phase,
 )
 from ..runtime.speculative import SpeculativeDecoder
+from ..runtime.tensor_parallel import rank_world, verifier_loader
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, choose_shape, sampling_plan
 from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
 from .profile import HeadSteps, host_stage_ms, profile_forward, profile_models
-from .tensor_parallel_bundle import barrier, bundle_writer, every_rank, rank_world, split_file
+from .tensor_parallel_bundle import barrier, bundle_writer, every_rank, split_file
 from .train_predictor import train_policy
 from .write_bundle import BundleWriter
 
@@ -258,12 +259,7 @@ def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
         raise YggcError(f"{job.drafter_dir} is an EAGLE-3 head: bundles with heads are CPU-only for now; "
                         "compile with --device cpu (the inductor backend)")
     check_drafter(job.verifier_dir, job.drafter_dir)
-    if job.tp > 1:  # this rank's slice of the verifier
-        from ..runtime.tensor_parallel import load_verifier
-
-        verifier = load_verifier(job.verifier_dir, job.dtype, job.max_seq, job.device)
-    else:
-        verifier = models.load(job.verifier_dir, job.dtype, job.max_seq, job.device)
+    verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
     return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype)}
 
 

@@ -15,12 +15,8 @@ from typing import Any
 import torch.distributed as dist
 
 from ..errors import YggcError
+from ..runtime.tensor_parallel import rank_world
 from .write_bundle import BundleWriter
-
-
-def rank_world() -> tuple[int, int]:
-    """(rank, world size) of the initialised process group, else (0, 1)."""
-    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
 
 def barrier() -> None:

@@ -32,6 +32,7 @@ from yggc.graphs import tensor_parallel as tp
 from yggc.passes.lower import lower_bucket
 from yggc.passes.profile import bucket_latency_ms
 
+from yggc.bench.floor import read_gbs, weight_bytes
 from yggc.runtime import models
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import CacheLayout
@@ -41,20 +42,6 @@ from yggc.runtime.timing import median_ms
 MODES = ("eager", "aoti", "ingraph", "segments")
 WORLD = 2
 SUM_OVER_RANKS = tp.sum_over_ranks  # functional collectives when traced; "segments" swaps in an untraced one
-
-
-def read_gb_per_s(mb: int = 512) -> float:
-    x = torch.ones(mb * 2**18)  # float32
-    return mb / 1024 / (median_ms(x.sum, 10, warmup=2) / 1000)
-
-
-def weight_bytes(graph: torch.nn.Module) -> int:
-    seen, total = set(), 0
-    for t in [*graph.parameters(), *(b for n, b in graph.named_buffers() if n.endswith("weight"))]:
-        if t.data_ptr() not in seen:
-            seen.add(t.data_ptr())
-            total += t.numel() * t.element_size()
-    return total
 
 
 def _eager_sum(t: torch.Tensor) -> torch.Tensor:
@@ -90,7 +77,7 @@ def rank_main(rank: int, args, port: int, tmp: str, results) -> None:
     torch.set_num_threads(1)
     try:
         dist.barrier()
-        bandwidth = read_gb_per_s()
+        bandwidth = read_gbs(512 * 2**20)
         graph = tp.load_tp_model(args.model, CacheLayout(args.max_seq).n_slots, models.parse_dtype(args.dtype))
         layout = CacheLayout(args.max_seq)
         dist.barrier()
@@ -109,7 +96,7 @@ def single_process(args, tmp: Path) -> dict:
     out = {"bytes": weight_bytes(graph)}
     for threads in (2, 1):
         torch.set_num_threads(threads)
-        out[threads] = {"bandwidth": read_gb_per_s(),
+        out[threads] = {"bandwidth": read_gbs(512 * 2**20),
                         "ms": time_modes(graph, layout, args, tmp, f"tp1_t{threads}", ("eager", "aoti"))}
     return out
 
@@ -128,7 +115,7 @@ def report(single: dict, ranks: dict, args) -> None:
     rows += [("TP=2, 2 ranks x 1 thread", m, {w: max(r["ms"][m][w] for r in ranks.values()) for w in args.widths},
               ranks[0]["bytes"] * WORLD) for m in MODES]
     for setup, mode, ms, nbytes in rows:
-        rate = nbytes / 2**30 / (ms[args.widths[0]] / 1000)
+        rate = nbytes / 1e9 / (ms[args.widths[0]] / 1000)
         print(f"{setup:<26}{mode:<10}" + "".join(f"{ms[w]:>11.2f}" for w in args.widths) + f"{rate:>13.1f}")
 
 

@@ -34,9 +34,9 @@ def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.Lo
         verifier_dir = models.model_dir(args.model)
         drafter_dir = None if args.model_draft is None else models.model_dir(args.model_draft)
     max_seq = models.context_length(verifier_dir, args.max_seq)
-    load_verifier = models.load
-    if tp_world(args) > 1:  # this process is one rank: it loads its slice of the verifier
-        from ..runtime.tensor_parallel import load_verifier
+    from ..runtime.tensor_parallel import verifier_loader
+
+    load_verifier = verifier_loader(tp_world(args))  # one rank of several loads its slice of the verifier
     if drafter_dir is None:
         return load_verifier(verifier_dir, dtype, max_seq), None
     return drafters.load_pair(verifier_dir, drafter_dir, dtype, max_seq, load_verifier)

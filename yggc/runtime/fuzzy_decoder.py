@@ -9,7 +9,6 @@ untouched, so output stays the verifier's own.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from ..errors import YggcError
 from ..graphs.fuzzy import FuzzyDrafter, fuzzy_groups
@@ -19,6 +18,7 @@ from ..tree.token_tree import tree_mask
 from .cache_layout import CacheLayout
 from .draft_phase import DraftPhase, align_vocab
 from .speculative import Draft, SpeculativeDecoder
+from .tensor_parallel import rank_world
 
 
 class FuzzyDecoder(SpeculativeDecoder):
@@ -53,7 +53,7 @@ def fuzzy_drafter(drafter, set_size: int, span: str) -> FuzzyDrafter:
     if not isinstance(drafter, LlamaGraph):
         raise YggcError("fuzzy drafting splits a standalone drafter's layers; an EAGLE-3 head has one layer, "
                         "run it with --draft-parallel sequential")
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    rank, world = rank_world()
     if world > 1 and set_size != world:
         raise YggcError(f"--fuzzy-layers {set_size} on {world} ranks: each rank runs one attention layer of a "
                         f"set, so use --fuzzy-layers {world}")

@@ -16,7 +16,6 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch.distributed as dist
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
@@ -32,7 +31,7 @@ from .detokenize import StreamDecoder
 from .device import resolve_device
 from .request_lock import RequestLock
 from .stats import DecodeStats
-from .tensor_parallel import check_world, load_verifier
+from .tensor_parallel import check_world, rank_world, verifier_loader
 
 
 @dataclass
@@ -78,10 +77,8 @@ class Runtime:
         dtype = models.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
         frozen = manifest.extra.get("opt") == "O2"  # the packages carry the weights: load the caches only
-        if tp > 1:  # this rank's slice (joining the process group), for its own verifier packages
-            verifier = load_verifier(path / "verifier", dtype, manifest.max_seq, device)
-        else:
-            verifier = models.load(path / "verifier", dtype, manifest.max_seq, device, weights=not frozen)
+        # tp > 1: this rank's slice (joining the process group), for its own verifier packages
+        verifier = verifier_loader(tp)(path / "verifier", dtype, manifest.max_seq, device, weights=not frozen)
         drafter = drafters.load_drafter(path / "drafter", verifier, dtype, device, weights=not frozen)
         recorded = manifest.extra.get("drafter", {"kind": "llama"})
         if recorded != drafters.drafter_record(drafter.graph):
@@ -93,7 +90,7 @@ class Runtime:
     @classmethod
     def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, models.LoadedModel]) -> Runtime:
         compiled, opt, backend = {}, manifest.extra.get("opt", "O1"), manifest.extra.get("backend", "inductor")
-        rank = dist.get_rank() if dist.is_initialized() else 0
+        rank = rank_world()[0]
         buckets = [b for b in manifest.buckets if b.get("rank", rank) == rank]  # a TP rank's, and the shared ones
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in buckets if b["model"] == name and b["kind"] == "forward"}

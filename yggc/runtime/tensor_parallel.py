@@ -27,6 +27,11 @@ def launched_world() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def rank_world() -> tuple[int, int]:
+    """(rank, world size) of the initialised process group, else (0, 1)."""
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
 def check_world(bundle, tp: int) -> None:
     """A bundle runs on exactly the ranks it was compiled for: one clear error otherwise."""
     world = launched_world()
@@ -59,14 +64,22 @@ def join(device: str = "cpu") -> int:
 
 
 def _rank_graph(path, n_slots: int, dtype: torch.dtype, device, weights: bool = True):
+    if not weights:  # tensor-parallel bundles are O1: their packages take the slice's weights as inputs
+        raise ValueError("a tensor-parallel rank always loads its weight slice")
     return load_tp_model(path, n_slots, dtype, device)
 
 
-def load_verifier(model_dir, dtype: torch.dtype, max_seq: int, device: str = "cpu") -> models.LoadedModel:
+def load_verifier(model_dir, dtype: torch.dtype, max_seq: int, device: str = "cpu",
+                  weights: bool = True) -> models.LoadedModel:
     """This rank's slice of the verifier (joining the process group first), with the whole model's tokenizer
-    and chat template."""
+    and chat template; models.load's arguments."""
     join(device)
-    return models.load(model_dir, dtype, max_seq, device, graph_loader=_rank_graph)
+    return models.load(model_dir, dtype, max_seq, device, weights, graph_loader=_rank_graph)
+
+
+def verifier_loader(world: int) -> Callable[..., models.LoadedModel]:
+    """models.load, or on a tensor-parallel degree > 1 load_verifier (this rank's slice); same arguments."""
+    return load_verifier if world > 1 else models.load
 
 
 def free_port() -> int:
