@@ -13,7 +13,7 @@ slices, every rank the same calls in lockstep. Modes:
   ingraph   torch.compile of the whole forward, functional all-reduces traced into one graph
   segments  torch.compile with every all-reduce outside it: compiled segments between eager collectives
 A forward at width 1 is one autoregressive step (its TPOT); width 8 is a small tree's verify step.
-Before the timings: each process's read bandwidth (sum of a 512 MB tensor), alone and with both ranks
+Before the timings: each process's read bandwidth (sum of a 512 MiB tensor), alone and with both ranks
 reading at once. Medians of --repeats calls at a --context-token cache view.
 """
 from __future__ import annotations
