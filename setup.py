@@ -33,6 +33,8 @@ setup(
         "hf": ["transformers>=4.45"],
         # yggc bench --rows openvino,openvino-spec; the IR exporter (optimum-intel) is installed apart: see README
         "openvino": ["openvino-genai>=2026.0"],
+        # yggc bench --rows llama.cpp,llama.cpp-gguf; builds llama.cpp from source (minutes), so never in dev or CI
+        "llama-cpp": ["llama-cpp-python>=0.3"],
         "cuda": ["cuda-python>=12"],
         "tensorrt": ["torch-tensorrt>=2.5"],
     },

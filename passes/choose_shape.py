@@ -3,7 +3,8 @@
 Tokens per iteration come from the calibration trees, latencies from the profiled cost curves of
 the forward buckets (yggc/plan/objective.py); the plan keeps the best few candidates for `yggc inspect`.
 After the shape's own buckets are profiled, checked_plan prices it again with the measured phase
-latencies and switches speculation off when it loses to the verifier alone.
+latencies and switches speculation off when decoding real text (decode_check) finds it slower than the
+verifier alone.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ..errors import YggcError
 from ..plan.calibration import TreeSample, tokens_per_iteration
 from ..plan.objective import SamplingCosts, ShapeScore, StageCosts, measured_speedup, rank_shapes
 from ..plan.shape import TreeShape
+from .decode_check import MIN_SPEEDUP
 
 PLAN_CANDIDATES = 10
 
@@ -53,14 +55,17 @@ def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, sp
             "speculate": plan["objective"]["speedup"] > 1.0}
 
 
-def checked_plan(plan: dict, profile: dict, step) -> dict:
-    """The calibrated plan with its measured speedup; speculation is switched off when the compiled
-    tree is slower than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
+def checked_plan(plan: dict, profile: dict, decoded: dict[str, float], step) -> dict:
+    """The calibrated plan with its measured speedups: from the profiled phases (the objective's terms, measured)
+    and from decoding calibration text end to end (decode_check). Speculation is switched off unless the
+    decode measured the tree faster than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
     phases, step_ms = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
     iteration_ms = phases["draft"] + phases["verify"]
     speedup = measured_speedup(plan["objective"]["tokens_per_iter"], step_ms, iteration_ms)
     plan = {**plan, "measured": {"iteration_ms": round(iteration_ms, 4), "verifier_step_ms": round(step_ms, 4),
-                                 "speedup": round(speedup, 4)}, "speculate": speedup > 1.0}
+                                 "speedup": round(speedup, 4)},
+            "decoded": decoded, "speculate": decoded["speedup"] > MIN_SPEEDUP}
     if not plan["speculate"]:
-        step(f"the tree measured {speedup:.2f}x the verifier alone: the bundle decodes without speculation")
+        step(f"the tree decoded at {decoded['speedup']:.2f}x the verifier alone: the bundle decodes without "
+             "speculation")
     return plan

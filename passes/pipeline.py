@@ -21,7 +21,7 @@ from ..errors import YggcError
 from ..plan.objective import StageCosts
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime import models
-from ..runtime.autoregressive import PREFILL_CHUNK
+from ..runtime.autoregressive import PREFILL_CHUNK, AutoregressiveDecoder
 from ..runtime.buckets import CompiledModel, bucket_name, load_bucket
 from ..runtime.drafters import (
     check_drafter,
@@ -38,6 +38,7 @@ from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tensor_parallel import rank_world, verifier_loader
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, choose_shape, sampling_plan
+from .decode_check import check_prompts, decode_check
 from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
@@ -270,8 +271,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     n_buckets, o1 = sum(len(w) for w in widths.values()), job.opt == "O1"
     n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
     # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new
-    # verify bucket
-    n_steps += 4 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
+    # verify bucket, the decode check
+    n_steps += 5 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
     if job.calib and job.calib.temperature > 0:  # the sampled calibration per width and its choice
         n_steps += len(job.calib.widths) + 1
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
@@ -319,7 +320,11 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
                                  job.profile_repeats, step, decoder, measured)
         w.write_json("profile.json", profile)
         if job.calib:
-            plan = checked_plan(plan, profile, step)
+            decoded = decode_check(decoder, AutoregressiveDecoder(compiled["verifier"], loaded["verifier"].layout),
+                                   check_prompts(loaded["verifier"].tokenizer, job.calib))
+            step(f"decoded calibration text: {shape.depth}x{shape.width}x{shape.verify} at "
+                 f"{decoded['tree_tpot_ms']:.3f} ms/token, the verifier alone at {decoded['ar_tpot_ms']:.3f}")
+            plan = checked_plan(plan, profile, decoded, step)
         plan["schedule"] = plan_record(shape, profile, candidates)
         if adaptive is not None:
             plan["adaptive"] = adaptive

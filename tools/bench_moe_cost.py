@@ -47,7 +47,7 @@ def measure(bundle: str, widths: list[int], fit_widths: tuple[int, ...], context
     return {"bundle": bundle, "experts": experts, "top_k": top_k, "ms": ms, "curve": curve.to_dict(),
             "fit_error": errors, "max_abs_error": max(abs(e) for e in errors.values()),
             "efficiency": {w: ms[1] / t for w, t in ms.items()},
-            "plan": {k: plan.get(k) for k in ("depth", "width", "verify", "speculate", "objective", "measured")},
+            "plan": {k: plan.get(k) for k in ("depth", "width", "verify", "speculate", "objective", "measured", "decoded")},
             "_curve": curve}
 
 

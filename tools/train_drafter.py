@@ -15,7 +15,9 @@ Stages, each resumable (rerun the same command to continue where it stopped):
                of (seed, s), state in OUT/.state/drafter (safetensors + JSON)
   4. export    OUT/drafter, self-contained: bfloat16 safetensors and config, the target's tokenizer
                files, prompts.json (held-out chat prompts for `yggc bench --prompts-file`),
-               calib.txt (training conversations for `yggc compile --calib`) and
+               calib.txt (training conversations for `yggc compile --calib`; they overstate
+               acceptance, so the shipped SmolLM2 drafter's calib.txt is held-out conversations
+               from tools/heldout_calib.py instead) and
                drafter_summary.json (held-out top-1/top-3 agreement with the target).
 
 Why self-generated data: it is what the drafter must predict (EAGLE and Medusa train on it too).

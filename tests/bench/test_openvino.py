@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from yggc.bench.config import DEFAULT_ROWS, OPENVINO_ROWS, BenchConfig
+from yggc.bench.config import DEFAULT_ROWS, LLAMA_CPP_ROWS, OPENVINO_ROWS, BenchConfig
 from yggc.bench.harness import skip_reason
 from yggc.bench.openvino import device_config, encoded_result, generation_kwargs, inference_precision
 from yggc.bench.openvino_ir import cached_ir, export_command, weight_format
@@ -31,11 +31,11 @@ def test_missing_openvino_genai_is_one_error_line(monkeypatch, capsys):
                    "or leave openvino,openvino-spec out of --rows"]
 
 
-def test_rows_not_requested_never_import_openvino(monkeypatch, capsys):
+def test_rows_not_requested_never_import_openvino_or_llama_cpp(monkeypatch, capsys):
     real_import, tried = builtins.__import__, []
 
     def guarded(name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and name.split(".")[0] in ("openvino", "openvino_genai"):
+        if level == 0 and name.split(".")[0] in ("openvino", "openvino_genai", "llama_cpp"):
             tried.append(name)
             raise ImportError(f"{name} is blocked in this test")
         return real_import(name, globals, locals, fromlist, level)
@@ -44,7 +44,7 @@ def test_rows_not_requested_never_import_openvino(monkeypatch, capsys):
     assert main(["bench", "--quick", "--rows", "yggc-ar-eager", "-n", "8", "--prompts", "1"]) == 0
     assert tried == []
     assert "| yggc-ar-eager |" in capsys.readouterr().out
-    assert not OPENVINO_ROWS.intersection(DEFAULT_ROWS)  # the default rows are the ones without the extra
+    assert not (OPENVINO_ROWS | LLAMA_CPP_ROWS).intersection(DEFAULT_ROWS)  # the default rows need no extra
 
 
 def test_openvino_spec_needs_a_drafter_or_its_ir(tmp_path):

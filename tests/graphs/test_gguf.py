@@ -150,3 +150,25 @@ def test_cached_import_follows_the_file_not_its_name(gguf_pair, tmp_path):
     assert second != first
     assert load_file(str(second / "model.safetensors")).keys() == load_file(str(first / "model.safetensors")).keys()
     assert json.loads((second / "tokenizer_config.json").read_text()).get("chat_template") == CHATML
+
+
+def test_bf16_export_stores_the_weights_rounded_to_bf16(hf_pair, tmp_path):
+    path = write_gguf(hf_pair[0], tmp_path / "bf16.gguf", quant=gguf.GGMLQuantizationType.BF16)
+    reader = gguf.GGUFReader(path)
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.BF16
+    assert types["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32  # norms stay F32, as llama.cpp keeps them
+    assert reader.fields["general.file_type"].contents() == int(gguf.LlamaFileType.MOSTLY_BF16)
+    got = load_file(str(import_gguf(path, tmp_path / "out") / "model.safetensors"))
+    for name, w in load_file(str(hf_pair[0] / "model.safetensors")).items():
+        want = w.to(torch.bfloat16).float() if w.ndim == 2 else w
+        assert torch.equal(got[name], want), name
+
+
+def test_export_refuses_a_non_llama_checkpoint(tmp_path):
+    from yggc.graphs.gguf_export import export_gguf
+
+    folder = write_checkpoint(tmp_path / "qwen", "qwen2_bias")
+    with pytest.raises(CheckpointError, match="model type 'qwen2' does not export to GGUF"):
+        export_gguf(folder, tmp_path / "q.gguf")
+    assert list(tmp_path.glob("*.gguf")) == [] and list(tmp_path.glob(".q.gguf*")) == []

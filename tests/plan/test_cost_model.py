@@ -19,24 +19,57 @@ def test_fit_is_flat_for_one_point():
     assert fit(1) == fit(64) == 1.5
 
 
-def test_checked_plan_turns_speculation_off_when_the_measured_tree_loses():
-    """SmolLM2 on an AVX2 EPYC: the calibrated D1 W2 V2 tree (1.39 tokens per iteration) priced at 1.01x by
-    the fitted curves, but its compiled phases took 16.5 + 135.8 ms against a 50.7 ms verifier step."""
+def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
+    """SmolLM2 bf16 on an AMD EPYC (AVX512-BF16): the calibrated D2 W2 V3 tree priced at 1.18x, its compiled
+    phases measured 1.02x, and decoding measured 0.76x; the verdict follows the decode."""
     from yggc.passes.choose_shape import checked_plan
 
     from yggc.plan.objective import measured_speedup
 
-    plan = {"source": "calibration", "objective": {"tokens_per_iter": 1.3917, "speedup": 1.0125}}
-    profile = {"phase_ms": {"draft": 16.48, "verify": 135.81}, "models": {"verifier": {"bucket_ms": {"1": 50.68}}}}
+    plan = {"source": "calibration", "objective": {"tokens_per_iter": 1.55, "speedup": 1.18}}
+    profile = {"phase_ms": {"draft": 1.3, "verify": 14.52}, "models": {"verifier": {"bucket_ms": {"1": 10.43}}}}
     steps = []
-    slow = checked_plan(plan, profile, steps.append)
-    assert not slow["speculate"] and slow["measured"]["speedup"] == round(1.3917 * 50.68 / (16.48 + 135.81), 4)
-    assert steps and "without speculation" in steps[0]
-    profile["phase_ms"]["verify"] = 40.0
-    fast = checked_plan(plan, profile, steps.append)
+    slow = checked_plan(plan, profile, {"tree_tpot_ms": 11.05, "ar_tpot_ms": 8.37, "speedup": 0.7575}, steps.append)
+    assert slow["measured"]["speedup"] == round(1.55 * 10.43 / (1.3 + 14.52), 4) > 1.0  # the phases alone say on
+    assert not slow["speculate"] and slow["decoded"]["speedup"] == 0.7575
+    assert steps == ["the tree decoded at 0.76x the verifier alone: the bundle decodes without speculation"]
+    fast = checked_plan(plan, profile, {"tree_tpot_ms": 7.0, "ar_tpot_ms": 8.4, "speedup": 1.2}, steps.append)
     assert fast["speculate"] and len(steps) == 1
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
-    assert plan == {"source": "calibration", "objective": {"tokens_per_iter": 1.3917, "speedup": 1.0125}}
+    assert plan == {"source": "calibration", "objective": {"tokens_per_iter": 1.55, "speedup": 1.18}}
+
+
+def test_decode_check_times_both_decoders_on_the_same_windows():
+    from yggc.passes.decode_check import decode_check
+
+    class Timed:
+        def __init__(self, ms):
+            self.ms, self.prompts = ms, []
+
+        def stream(self, prompt, n, params):
+            self.prompts.append((tuple(prompt), n))
+            self.stats = type("Stats", (), {"tpot_ms": self.ms})()
+            yield [1]
+
+    tree, ar = Timed(5.0), Timed(10.0)
+    got = decode_check(tree, ar, [[1, 2], [3], [4]], n_new=16, rounds=2)
+    assert got == {"tree_tpot_ms": 5.0, "ar_tpot_ms": 10.0, "speedup": 2.0, "tokens": 96}
+    assert tree.prompts == ar.prompts == [((1, 2), 8)] + [((1, 2), 16), ((3,), 16), ((4,), 16)] * 2
+
+
+def test_decode_check_spreads_its_windows_over_the_calibration_text(tmp_path):
+    from yggc.passes.calibrate import CalibrationSpec, calibration_prompts
+    from yggc.passes.decode_check import CHECK_PROMPTS, check_prompts
+
+    from yggc.runtime.models import demo_pair_dirs, load_tokenizer
+
+    tok = load_tokenizer(demo_pair_dirs()[0])
+    (tmp_path / "calib.txt").write_text("def f(x):\n    return x + 1\n" * 200)
+    spec = CalibrationSpec((tmp_path / "calib.txt",), n_prompts=16, prompt_tokens=32)
+    windows = calibration_prompts([(tmp_path / "calib.txt").read_text()], tok, 16, 32)
+    got = check_prompts(tok, spec)
+    assert len(windows) == 16 and len(got) == CHECK_PROMPTS
+    assert got == [windows[i] for i in range(0, 16, 16 // CHECK_PROMPTS)][:CHECK_PROMPTS]
 
 
 def test_activated_experts_and_rows_per_expert_by_hand():

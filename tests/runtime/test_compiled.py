@@ -151,7 +151,7 @@ def test_cli_run_and_inspect(bundle, capsys):
     out = capsys.readouterr().out
     assert "verifier_w6" in out and "cost curve" in out and "plan: depth 3, width 2, verify 5" in out
     assert "draft phase (one call)" in out and "verify phase (one call)" in out
-    assert "measured: " in out and "speculation" in out
+    assert "measured: " in out and "decoded calibration text: " in out and "speculation" in out
     assert "stage plan: sequential on shared cores, D=3 W=2 V=5" in out
     assert "estimate / measured draft+verify phases" in out
     for stage in ("head", "draft1", "draft2", "prune", "verify", "accept", "compact"):
@@ -263,7 +263,10 @@ def test_plan_verdict_picks_the_default_decoder(bundle):
 
     rt = Runtime.load(bundle)
     plan = json.loads((bundle / "plan.json").read_text())
-    assert rt.speculate == plan["speculate"] == (plan["measured"]["speedup"] > 1.0)
+    decoded = plan["decoded"]
+    assert rt.speculate == plan["speculate"] == (decoded["speedup"] > 1.0)
+    assert decoded["speedup"] == pytest.approx(decoded["ar_tpot_ms"] / decoded["tree_tpot_ms"], rel=2e-3)
+    assert decoded["tokens"] > 0
     rt.speculate = False
     assert isinstance(rt.decoder(), AutoregressiveDecoder)
     assert isinstance(rt.decoder(shape=SHAPE), SpeculativeDecoder)

@@ -10,11 +10,12 @@ from ..plan.shape import TreeShape
 from ..runtime.models import DEMO_PAIR
 
 # table order = set-up order: eager rows first, so the compiled rows' RSS increments show only the bundle
-ROWS = ("hf-ar", "hf-assisted", "openvino", "openvino-spec", "yggc-ar-eager", "yggc-chain", "yggc-tree-static",
+ROWS = ("hf-ar", "hf-assisted", "openvino", "openvino-spec", "llama.cpp", "llama.cpp-gguf", "yggc-ar-eager", "yggc-chain", "yggc-tree-static",
         "yggc-ar-compiled", "yggc-full")
 HF_ROWS = frozenset({"hf-ar", "hf-assisted"})
 OPENVINO_ROWS = frozenset({"openvino", "openvino-spec"})  # the optional extra yggc[openvino]: only when named in --rows
-DEFAULT_ROWS = tuple(r for r in ROWS if r not in OPENVINO_ROWS)
+LLAMA_CPP_ROWS = frozenset({"llama.cpp", "llama.cpp-gguf"})  # the optional extra yggc[llama-cpp]: only when named
+DEFAULT_ROWS = tuple(r for r in ROWS if r not in OPENVINO_ROWS | LLAMA_CPP_ROWS)
 DRAFTER_ROWS = frozenset({"hf-assisted", "openvino-spec", "yggc-chain", "yggc-tree-static", "yggc-full"})
 BUNDLE_ROWS = frozenset({"yggc-ar-compiled", "yggc-full"})
 CHAIN_DEPTHS = (2, 3, 4, 6, 8)
@@ -53,6 +54,7 @@ class BenchConfig:
     openvino_draft_ir: Path | None = None
     assistant_tokens: int = ASSISTANT_TOKENS
     optimum_cli: Path | None = None  # None: $YGGC_OPTIMUM_CLI, else optimum-cli on PATH or beside this Python
+    gguf: Path | None = None  # the llama.cpp-gguf row's file (--gguf, or -m MODEL.gguf)
     bandwidth_mb: int = 256
     floor_repeats: int = 20
     json_path: Path | None = None
@@ -66,6 +68,11 @@ class BenchConfig:
     def openvino_cache(self) -> Path:
         """Exported OpenVINO IRs, beside the bundle cache (~/.cache/yggc/openvino)."""
         return self.bundle_cache.parent / "openvino"
+
+    @property
+    def llama_cpp_cache(self) -> Path:
+        """The llama.cpp row's GGUF exports, beside the bundle cache (~/.cache/yggc/llama.cpp)."""
+        return self.bundle_cache.parent / "llama.cpp"
 
 
 def parse_shape(text: str) -> TreeShape:

@@ -8,8 +8,9 @@ yggc-chain and yggc-tree-static run eagerly with the shape of lowest TPOT on the
 among a small grid. The compiled rows use --bundle, else a bundle cached under
 ~/.cache/yggc/bundles/<pair key>-dDwWvV for the tuned tree shape, compiled in a child process when
 absent (--quick never compiles: it uses a cached one or skips those rows). Without transformers,
---quick skips the hf rows; otherwise asking for them is an error. The openvino rows (yggc.bench.openvino) run
-only when named in --rows, and need openvino-genai.
+--quick skips the hf rows; otherwise asking for them is an error. The openvino rows (yggc.bench.openvino) and
+the llama.cpp rows (yggc.bench.llama_cpp) run only when named in --rows, and need openvino-genai or
+llama-cpp-python.
 """
 from __future__ import annotations
 
@@ -24,8 +25,19 @@ from ..runtime import models
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.drafters import check_drafter, drafter_kind
 from ..tree.sampling import SamplingParams
-from .config import BUNDLE_ROWS, DRAFTER_ROWS, HF_ROWS, OPENVINO_ROWS, ROWS, TUNE_TOKENS, BenchConfig, log
+from .config import (
+    BUNDLE_ROWS,
+    DRAFTER_ROWS,
+    HF_ROWS,
+    LLAMA_CPP_ROWS,
+    OPENVINO_ROWS,
+    ROWS,
+    TUNE_TOKENS,
+    BenchConfig,
+    log,
+)
 from .floor import physical_floor
+from .llama_cpp import llama_cpp_row, require_llama_cpp
 from .models import Models, cached_bundles
 from .openvino import openvino_row, require_openvino_genai
 from .prompts import check_fits, make_prompts
@@ -78,6 +90,8 @@ class RowFactory:
             return Row(name, hf_runner(m.hf_verifier, m.hf_drafter), "transformers assisted generation")
         if name in OPENVINO_ROWS:
             return openvino_row(name, self.cfg)
+        if name in LLAMA_CPP_ROWS:
+            return llama_cpp_row(name, self.cfg)
         if name == "yggc-ar-eager":
             v = m.verifier
             return yggc_row(name, AutoregressiveDecoder(v.graph, v.layout), "eager")
@@ -108,6 +122,8 @@ def skip_reason(name: str, cfg: BenchConfig) -> str | None:
     eagle3 = cfg.drafter is not None and drafter_kind(cfg.drafter) == "eagle3"
     if eagle3 and name in ("hf-assisted", "openvino-spec"):
         return "needs a standalone drafter (-md is an EAGLE-3 head)"
+    if name == "llama.cpp-gguf" and cfg.gguf is None:
+        return "needs a GGUF file (--gguf FILE, or -m MODEL.gguf)"
     if name in BUNDLE_ROWS and cfg.bundle is None:
         if cfg.drafter is None:
             return "needs --bundle or a drafter to compile one"
@@ -185,6 +201,8 @@ def run_benchmark(cfg: BenchConfig) -> Report:
         require_matplotlib()  # fail before the long run, not after
     if OPENVINO_ROWS.intersection(cfg.rows):
         require_openvino_genai()
+    if LLAMA_CPP_ROWS.intersection(cfg.rows):
+        require_llama_cpp()
     if cfg.drafter is not None:
         check_drafter(cfg.verifier, cfg.drafter)
     tokenizer = models.load_tokenizer(cfg.verifier)

@@ -30,8 +30,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundle", type=Path, help="compiled bundle for the compiled rows; default: compile one into "
                    "the cache for the tuned tree shape (--quick only uses one already there)")
     p.add_argument("--rows", "--systems", dest="rows", type=comma_list, metavar="A,B",
-                   help="rows to run (default all but the openvino ones): hf-ar,hf-assisted,openvino,openvino-spec,"
-                        "yggc-ar-eager,yggc-chain,yggc-tree-static,yggc-ar-compiled,yggc-full")
+                   help="rows to run (default all but the openvino and llama.cpp ones): hf-ar,hf-assisted,openvino,"
+                        "openvino-spec,llama.cpp,llama.cpp-gguf,yggc-ar-eager,yggc-chain,yggc-tree-static,"
+                        "yggc-ar-compiled,yggc-full")
     p.add_argument("--prompts", type=POSITIVE, help="measured prompts (default 4; --quick 2)")
     p.add_argument("-n", "--n-predict", dest="n", type=POSITIVE, help="new tokens per prompt (default 128; --quick 32)")
     p.add_argument("--repeats", type=POSITIVE, help="runs per prompt and row (default 3; --quick 1)")
@@ -40,7 +41,7 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: the bundle's, else float32")
     p.add_argument("--max-seq", type=POSITIVE, help="KV cache capacity (default: the bundle's, else min(model, 2048))")
     p.add_argument("--threads", type=POSITIVE,
-                   help="torch intra-op threads, and the openvino rows' INFERENCE_NUM_THREADS (default: torch's; "
+                   help="torch intra-op threads, and the openvino and llama.cpp rows' threads (default: torch's; "
                         "--quick: 1). On a busy machine use fewer "
                         "threads than idle cores: a parallel region waits for its slowest, descheduled thread")
     p.add_argument("--quick", action="store_true",
@@ -52,7 +53,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tree-grid", type=comma_list, metavar="DxWxV,...",
                    help="static trees tried for yggc-tree-static (default 3x2x6,4x2x8,4x3x8,5x2x10,4x4x12,6x3x12)")
     p.add_argument("--bundle-cache", type=Path, help="where compiled bundles are cached (default "
-                   "~/.cache/yggc/bundles); exported OpenVINO IRs go into the sibling folder openvino/")
+                   "~/.cache/yggc/bundles); exported OpenVINO IRs and GGUFs go into the sibling folders openvino/ "
+                   "and llama.cpp/")
     ov = p.add_argument_group("openvino rows", "OpenVINO GenAI's LLMPipeline (pip install 'yggc[openvino]'); "
                               "the IRs are exported with optimum-cli into the cache unless given")
     ov.add_argument("--openvino-ir", type=Path, metavar="DIR", help="the verifier's OpenVINO IR folder "
@@ -62,6 +64,10 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                     help="openvino-spec: draft tokens per verify step (num_assistant_tokens; default 5)")
     ov.add_argument("--optimum-cli", type=Path, metavar="PATH",
                     help="optimum-cli to export with (default $YGGC_OPTIMUM_CLI, else the one on PATH)")
+    lc = p.add_argument_group("llama.cpp rows", "llama-cpp-python (pip install 'yggc[llama-cpp]'): llama.cpp decodes "
+                              "the verifier exported to an F32/BF16 GGUF (the bench dtype), llama.cpp-gguf a given file")
+    lc.add_argument("--gguf", type=Path, metavar="FILE",
+                    help="the GGUF llama.cpp-gguf decodes, e.g. a quantized one (default: -m when it is a .gguf)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
 
@@ -129,6 +135,7 @@ def make_config(args: argparse.Namespace):
         bundle_cache=args.bundle_cache or BUNDLE_CACHE,
         openvino_ir=args.openvino_ir, openvino_draft_ir=args.openvino_draft_ir,
         assistant_tokens=args.openvino_assistant_tokens or ASSISTANT_TOKENS, optimum_cli=args.optimum_cli,
+        gguf=args.gguf or (args.model if args.model is not None and args.model.suffix.lower() == ".gguf" else None),
         bandwidth_mb=64 if args.quick else 256, floor_repeats=5 if args.quick else 20,
         json_path=args.json, plot_path=args.plot,
     )

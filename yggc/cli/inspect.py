@@ -69,11 +69,12 @@ def print_profile(profile: dict) -> None:
 
 
 def print_speedups(plan: dict) -> None:
-    """The objective's predicted speedup beside the one measured from the compiled phases."""
-    predicted, measured = plan.get("objective"), plan.get("measured")
+    """The objective's predicted speedup beside the ones measured from the compiled phases and from decoding."""
+    predicted, measured, decoded = plan.get("objective"), plan.get("measured"), plan.get("decoded")
     if predicted and measured:
         print(f"  speedup over the verifier alone: predicted {predicted['speedup']:.2f}x (cost model and calibrated "
-              f"acceptance), measured {measured['speedup']:.2f}x (compiled phases)")
+              f"acceptance), measured {measured['speedup']:.2f}x (compiled phases)"
+              + (f", {decoded['speedup']:.2f}x (decoding calibration text)" if decoded else ""))
 
 
 def print_adaptive(record: dict) -> None:
@@ -102,11 +103,14 @@ def print_plan(plan: dict) -> None:
     adaptive = plan.get("adaptive")
     if adaptive:
         print_adaptive(adaptive)
-    measured = plan.get("measured")
+    measured, decoded = plan.get("measured"), plan.get("decoded")
+    verdict = "speculation on" if plan.get("speculate", True) else "speculation OFF: plain decoding is faster"
     if measured:
-        verdict = "speculation on" if plan.get("speculate", True) else "speculation OFF: plain decoding is faster"
         print(f"  measured: {measured['iteration_ms']:.3f} ms/iteration against a {measured['verifier_step_ms']:.3f} ms "
-              f"verifier step = {measured['speedup']:.2f}x ({verdict})")
+              f"verifier step = {measured['speedup']:.2f}x" + ("" if decoded else f" ({verdict})"))
+    if decoded:
+        print(f"  decoded calibration text: {decoded['tree_tpot_ms']:.3f} ms/token against {decoded['ar_tpot_ms']:.3f} "
+              f"for the verifier alone = {decoded['speedup']:.2f}x ({verdict})")
     sampling = plan.get("sampling")
     if sampling:
         best = sampling["objective"]

@@ -23,7 +23,7 @@ from ..tree.egt import egt_frontier, egt_init, egt_tree
 from ..tree.prune import prune_topk
 from ..tree.recursive_rejection import verify_tree_rrs
 from ..tree.sampled_egt import gumbel_keys, sampled_egt_step
-from ..tree.sampling import SamplingParams, next_token, target_probs
+from ..tree.sampling import SamplingParams, next_token, sample_index, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_tree_sampling
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
@@ -174,7 +174,7 @@ class SpeculativeDecoder:
         chain = torch.ones(1 + D, 1 + D, dtype=torch.bool).tril()  # [N, N] ancestor-or-self rows of a chain
         for d in range(1, D + 1):
             q[d - 1] = target_probs(logits, params)
-            tree.tokens[d] = int(torch.multinomial(q[d - 1], 1, generator=gen))
+            tree.tokens[d] = sample_index(q[d - 1], gen)
             tree.parents[d], tree.depth[d] = d - 1, d
             if d < D:
                 node = torch.tensor([d])

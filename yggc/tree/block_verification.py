@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 import torch
 
+from .sampling import sample_index
+
 
 class ChainAccept(NamedTuple):
     n_accepted: int  # drafts accepted (tau), 0..D
@@ -42,14 +44,6 @@ def _ratio(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> list[float
     px = p[: idx.shape[0]].gather(1, idx).flatten().tolist()
     qx = q.gather(1, idx).flatten().tolist()
     return [a / b if b > 0 else float(a > 0) for a, b in zip(px, qx, strict=True)]
-
-
-def sample_index(weights: torch.Tensor, generator: torch.Generator) -> int:
-    """One draw from the unnormalised weights [V] by inverse CDF (cheaper than torch.multinomial)."""
-    cdf = torch.cumsum(weights, 0)                                                    # [V]
-    u = torch.rand((), generator=generator, dtype=cdf.dtype, device=generator.device).to(cdf.device)
-    # right=True never lands on a zero-weight token; the clamp only guards u * total rounding up to total
-    return min(int(torch.searchsorted(cdf, u * cdf[-1], right=True)), weights.shape[0] - 1)
 
 
 def _normalise_rows(r: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:

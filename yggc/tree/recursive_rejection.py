@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .block_verification import sample_index
+from .sampling import sample_index
 from .verification import TreeAccept, children_lists
 
 

@@ -59,8 +59,18 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
+def sample_index(weights: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One draw from the unnormalised weights [V] by inverse CDF over a float64 running sum: exact like
+    torch.multinomial, ~15x cheaper over a 49k vocabulary (0.07 against 1.0 ms on 2 cores)."""
+    cdf = torch.cumsum(weights, 0, dtype=torch.float64)                                # [V]
+    device = generator.device if generator is not None else cdf.device
+    u = torch.rand((), generator=generator, dtype=torch.float64, device=device).to(cdf.device)
+    # right=True never lands on a zero-weight token; the clamp only guards u * total rounding up to total
+    return min(int(torch.searchsorted(cdf, u * cdf[-1], right=True)), weights.shape[0] - 1)
+
+
 def next_token(logits: torch.Tensor, params: SamplingParams, gen: torch.Generator | None) -> int:
     """One token from logits [V]: argmax when greedy, else a draw from target_probs."""
     if params.greedy:
-        return int(torch.argmax(logits))
-    return int(torch.multinomial(target_probs(logits, params), 1, generator=gen))
+        return int(torch.argmax(logits.float()))  # bf16 argmax is 3x slower than the upcast and an fp32 one
+    return sample_index(target_probs(logits, params), gen)

@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 import torch
 
-from .block_verification import ChainAccept, sample_index, verify_chain_block, verify_chain_tokenwise
+from .block_verification import ChainAccept, verify_chain_block, verify_chain_tokenwise
+from .sampling import sample_index
 
 __all__ = ["ChainAccept", "TreeAccept", "verify_chain_block", "verify_chain_tokenwise", "verify_greedy",
            "verify_tree_sampling"]
