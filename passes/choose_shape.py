@@ -69,3 +69,12 @@ def checked_plan(plan: dict, profile: dict, decoded: dict[str, float], step) -> 
         step(f"the tree decoded at {decoded['speedup']:.2f}x the verifier alone: the bundle decodes without "
              "speculation")
     return plan
+
+
+def checked_sampling_plan(sampling: dict, decoded: dict[str, float], step) -> dict:
+    """plan.json's "sampling" entry with the decode check at its temperature; its verdict follows the decode."""
+    out = {**sampling, "decoded": decoded, "speculate": decoded["speedup"] > MIN_SPEEDUP}
+    if not out["speculate"]:
+        step(f"the sampling tree decoded at {decoded['speedup']:.2f}x the verifier alone: requests at T > 0 decode "
+             "without speculation")
+    return out

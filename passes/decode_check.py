@@ -31,22 +31,24 @@ def check_prompts(tokenizer, spec: CalibrationSpec) -> list[list[int]]:
     return windows[::max(1, len(windows) // CHECK_PROMPTS)][:CHECK_PROMPTS]
 
 
-def tpot_ms(decoder, prompt: list[int], n_new: int) -> float:
-    for _ in decoder.stream(prompt, n_new, SamplingParams()):
+def tpot_ms(decoder, prompt: list[int], n_new: int, params: SamplingParams) -> float:
+    for _ in decoder.stream(prompt, n_new, params):
         pass
     return decoder.stats.tpot_ms
 
 
 def decode_check(tree_decoder, ar_decoder: AutoregressiveDecoder, prompts: list[list[int]],
-                 n_new: int = CHECK_TOKENS, rounds: int = CHECK_ROUNDS) -> dict[str, float]:
+                 n_new: int = CHECK_TOKENS, rounds: int = CHECK_ROUNDS, temperature: float = 0.0) -> dict[str, float]:
     """Median TPOT of each decoder over `rounds` x prompts (interleaved, after one warm-up decode each)
-    and their ratio: {"tree_tpot_ms", "ar_tpot_ms", "speedup", "tokens"}."""
-    tpot_ms(tree_decoder, prompts[0], 8), tpot_ms(ar_decoder, prompts[0], 8)
+    and their ratio: {"tree_tpot_ms", "ar_tpot_ms", "speedup", "tokens"}. temperature > 0 checks a sampling
+    plan: both decoders sample (seeded per window, so a rebuild measures the same draws)."""
+    params = [SamplingParams(temperature, seed=i if temperature > 0 else None) for i in range(len(prompts))]
+    tpot_ms(tree_decoder, prompts[0], 8, params[0]), tpot_ms(ar_decoder, prompts[0], 8, params[0])
     tree, ar = [], []
     for _ in range(rounds):
-        for prompt in prompts:
-            tree.append(tpot_ms(tree_decoder, prompt, n_new))
-            ar.append(tpot_ms(ar_decoder, prompt, n_new))
+        for prompt, param in zip(prompts, params, strict=True):
+            tree.append(tpot_ms(tree_decoder, prompt, n_new, param))
+            ar.append(tpot_ms(ar_decoder, prompt, n_new, param))
     tree_ms, ar_ms = statistics.median(tree), statistics.median(ar)
     return {"tree_tpot_ms": round(tree_ms, 4), "ar_tpot_ms": round(ar_ms, 4),
             "speedup": round(ar_ms / tree_ms, 4), "tokens": len(prompts) * n_new * rounds}

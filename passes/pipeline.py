@@ -37,7 +37,7 @@ from ..runtime.drafters import (
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tensor_parallel import rank_world, verifier_loader
 from .calibrate import CalibrationSpec, calibrate
-from .choose_shape import candidate_shapes, checked_plan, choose_shape, sampling_plan
+from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .decode_check import check_prompts, decode_check
 from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
@@ -264,6 +264,27 @@ def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
     return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype)}
 
 
+def decode_checked(plan: dict, profile: dict, decoder: SpeculativeDecoder, loaded: dict,
+                   compiled: dict[str, CompiledModel], job: CompileJob, step) -> dict:
+    """The plan after the decode checks (passes/decode_check.py): the greedy tree's, then the sampling plan's at
+    the calibrated temperature; each verdict follows its decode."""
+    layout = loaded["verifier"].layout
+    ar, prompts = AutoregressiveDecoder(compiled["verifier"], layout), check_prompts(loaded["verifier"].tokenizer, job.calib)
+    decoded = decode_check(decoder, ar, prompts)
+    step(f"decoded calibration text: {plan['depth']}x{plan['width']}x{plan['verify']} at "
+         f"{decoded['tree_tpot_ms']:.3f} ms/token, the verifier alone at {decoded['ar_tpot_ms']:.3f}")
+    plan = checked_plan(plan, profile, decoded, step)
+    if "sampling" in plan:
+        s = plan["sampling"]
+        shape = TreeShape(s["depth"], s["width"], s["verify"])
+        sampled = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, shape)
+        decoded = decode_check(sampled, ar, prompts, temperature=job.calib.temperature)
+        step(f"decoded calibration text at T={job.calib.temperature:g}: {shape.depth}x{shape.width}x{shape.verify} at "
+             f"{decoded['tree_tpot_ms']:.3f} ms/token, the verifier alone at {decoded['ar_tpot_ms']:.3f}")
+        plan["sampling"] = checked_sampling_plan(s, decoded, step)
+    return plan
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     head = drafter_kind(job.drafter_dir) == "eagle3"
@@ -273,8 +294,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new
     # verify bucket, the decode check
     n_steps += 5 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
-    if job.calib and job.calib.temperature > 0:  # the sampled calibration per width and its choice
-        n_steps += len(job.calib.widths) + 1
+    if job.calib and job.calib.temperature > 0:  # the sampled calibration per width, its choice, its decode check
+        n_steps += len(job.calib.widths) + 2
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
 
     done = itertools.count(1)
@@ -320,11 +341,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
                                  job.profile_repeats, step, decoder, measured)
         w.write_json("profile.json", profile)
         if job.calib:
-            decoded = decode_check(decoder, AutoregressiveDecoder(compiled["verifier"], loaded["verifier"].layout),
-                                   check_prompts(loaded["verifier"].tokenizer, job.calib))
-            step(f"decoded calibration text: {shape.depth}x{shape.width}x{shape.verify} at "
-                 f"{decoded['tree_tpot_ms']:.3f} ms/token, the verifier alone at {decoded['ar_tpot_ms']:.3f}")
-            plan = checked_plan(plan, profile, decoded, step)
+            plan = decode_checked(plan, profile, decoder, loaded, compiled, job, step)
         plan["schedule"] = plan_record(shape, profile, candidates)
         if adaptive is not None:
             plan["adaptive"] = adaptive

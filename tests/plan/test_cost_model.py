@@ -39,15 +39,30 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     assert plan == {"source": "calibration", "objective": {"tokens_per_iter": 1.55, "speedup": 1.18}}
 
 
+def test_checked_sampling_plan_follows_its_decode():
+    """SmolLM2 bf16 on an AMD EPYC: the sampling plan D1 W4 V3, estimated above 1x at T = 1, ran at 0.72x."""
+    from yggc.passes.choose_shape import checked_sampling_plan
+
+    sampling = {"depth": 1, "width": 4, "verify": 3, "temperature": 1.0, "speculate": True,
+                "objective": {"speedup": 1.02}}
+    steps = []
+    slow = checked_sampling_plan(sampling, {"tree_tpot_ms": 13.97, "ar_tpot_ms": 10.13, "speedup": 0.7251}, steps.append)
+    assert not slow["speculate"] and slow["decoded"]["speedup"] == 0.7251 and sampling["speculate"]
+    assert steps == ["the sampling tree decoded at 0.73x the verifier alone: requests at T > 0 decode without "
+                     "speculation"]
+    assert checked_sampling_plan({**sampling, "speculate": False}, {"speedup": 1.1}, steps.append)["speculate"]
+
+
 def test_decode_check_times_both_decoders_on_the_same_windows():
     from yggc.passes.decode_check import decode_check
 
     class Timed:
         def __init__(self, ms):
-            self.ms, self.prompts = ms, []
+            self.ms, self.prompts, self.params = ms, [], []
 
         def stream(self, prompt, n, params):
             self.prompts.append((tuple(prompt), n))
+            self.params.append(params)
             self.stats = type("Stats", (), {"tpot_ms": self.ms})()
             yield [1]
 
@@ -55,6 +70,11 @@ def test_decode_check_times_both_decoders_on_the_same_windows():
     got = decode_check(tree, ar, [[1, 2], [3], [4]], n_new=16, rounds=2)
     assert got == {"tree_tpot_ms": 5.0, "ar_tpot_ms": 10.0, "speedup": 2.0, "tokens": 96}
     assert tree.prompts == ar.prompts == [((1, 2), 8)] + [((1, 2), 16), ((3,), 16), ((4,), 16)] * 2
+    assert all(p.greedy for p in tree.params + ar.params)
+    tree, ar = Timed(5.0), Timed(4.0)
+    assert decode_check(tree, ar, [[1], [2]], n_new=4, rounds=2, temperature=0.7)["speedup"] == 0.8
+    assert tree.params == ar.params and [p.seed for p in tree.params] == [0, 0, 1, 0, 1]  # a seed per window
+    assert {p.temperature for p in tree.params} == {0.7}
 
 
 def test_decode_check_spreads_its_windows_over_the_calibration_text(tmp_path):

@@ -107,6 +107,7 @@ def test_sampling_plan_is_recorded_and_serves_requests_at_temperature(bundle):
     assert min(calib["n_trees"].values()) > 0
     rt = Runtime.load(bundle)
     assert rt.sampling_plan == (SHAPE, plan["speculate"])
+    assert plan["speculate"] == (plan["decoded"]["speedup"] > 1.0) and plan["decoded"]["tokens"] > 0
     rt.sampling_plan = (TreeShape(2, 2, 4), True)  # a plan whose shape differs from the greedy one
     assert rt.decoder(sampling=True).shape == TreeShape(2, 2, 4) and rt.decoder(speculative=True).shape == SHAPE
     prompt = [5, 17, 33, 2, 9]

@@ -115,9 +115,11 @@ def print_plan(plan: dict) -> None:
     if sampling:
         best = sampling["objective"]
         verdict = "speculation on" if sampling["speculate"] else "speculation OFF"
+        decoded = sampling.get("decoded")
+        measured = f", decoded {decoded['speedup']:.2f}x" if decoded else ""
         print(f"  sampling plan (T={sampling['temperature']:g}, used by requests at T > 0): D={best['depth']} "
               f"W={best['width']} V={best['verify']}, {best['tokens_per_iter']:.2f} expected tokens/iteration, "
-              f"estimated {best['speedup']:.2f}x ({verdict})")
+              f"estimated {best['speedup']:.2f}x{measured} ({verdict})")
 
 
 def plan_label(p: dict) -> str:
