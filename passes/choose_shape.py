@@ -45,14 +45,13 @@ def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, sp
     """plan.json's "sampling" entry, for T > 0 requests: every shape's tokens per iteration by expectation at
     the calibrated temperature, priced by the profile plus the host sampling work per draft step (what a
     calibration iteration at D_max x W measured beyond its model calls), against plain decoding that also
-    draws each token. Its verdict is the estimate's."""
+    draws each token. Its verdict ("speculate") comes from decoding, in checked_sampling_plan."""
     full = {w: TreeShape(spec.max_depth, w, spec.max_depth * w) for w in spec.widths}
     step_ms = {w: max(0.0, record["iteration_ms"][str(w)] - costs.iteration_ms(full[w])) / spec.max_depth
                for w in spec.widths}
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
     _, plan = choose_shape(candidates, SamplingCosts(costs, step_ms, record["token_ms"]))
-    return {**plan, "temperature": spec.temperature, "host_ms_per_step": {str(w): round(ms, 4) for w, ms in step_ms.items()},
-            "speculate": plan["objective"]["speedup"] > 1.0}
+    return {**plan, "temperature": spec.temperature, "host_ms_per_step": {str(w): round(ms, 4) for w, ms in step_ms.items()}}
 
 
 def checked_plan(plan: dict, profile: dict, decoded: dict[str, float], step) -> dict:

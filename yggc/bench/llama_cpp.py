@@ -25,7 +25,7 @@ from ..errors import YggcError
 from ..graphs.gguf_export import export_gguf
 from ..tree.sampling import SamplingParams
 from .config import BenchConfig, log
-from .openvino_ir import model_key
+from .models import model_key
 from .rows import Result, Row, Runner
 
 EXPORT_TYPES = {"float32": "F32", "bfloat16": "BF16"}  # bench dtype -> GGUF weight type of the llama.cpp row

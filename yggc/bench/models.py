@@ -20,6 +20,11 @@ from .report import shape_label
 from .runners import require_transformers
 
 
+def model_key(model: Path) -> str:
+    """Cache key of a checkpoint folder's exports (OpenVINO IR, GGUF): its weights and config.json hashes."""
+    return hashlib.sha256(json.dumps(model_hashes(model), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def pair_key(cfg: BenchConfig) -> str:
     """Cache key of a compiled bundle for this pair, dtype, max_seq and toolchain (not the shape)."""
     env = environment("cpu", cfg.dtype)

@@ -6,17 +6,15 @@ that an interrupted export is never taken for a finished one. tools/export_openv
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from ..bundle import model_hashes
 from ..errors import YggcError
 from .config import log
+from .models import model_key
 
 WEIGHT_FORMATS = ("fp16", "fp32")
 INSTALL_EXPORTER = ("pip install 'optimum-intel[openvino]' (into a separate virtualenv if it would change this "
@@ -65,11 +63,6 @@ def export_ir(model: Path, out: Path, fmt: str, optimum_cli: str | Path | None =
 
 def is_ir(path: Path) -> bool:
     return (path / "openvino_model.xml").is_file() and (path / "openvino_model.bin").is_file()
-
-
-def model_key(model: Path) -> str:
-    """Weights and config.json hashes of a checkpoint folder (what the IR is exported from)."""
-    return hashlib.sha256(json.dumps(model_hashes(model), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def cached_ir(model: Path, cache: Path, fmt: str, optimum_cli: str | Path | None = None) -> Path:
