@@ -21,6 +21,7 @@ from torch.export import Dim
 from ..graphs import LlamaGraph
 from ..graphs.moe import MoeFeedForward
 from ..runtime.verify_phase import GreedyVerifyPhase
+from . import avx512_bf16_gemm
 from .frozen_export import FrozenForward
 
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
@@ -42,6 +43,7 @@ def inductor_config(opt: str, device: str, sparse: bool = False) -> dict:
     # no autotune tables or choice stats written to stderr: the CLI prints yggc's lines only
     config = dict(INDUCTOR_CONFIGS[opt], autotune_num_choices_displayed=0, max_autotune_report_choices_stats=False)
     if opt == "O2" and device == "cpu":
+        avx512_bf16_gemm.register()
         config["max_autotune_gemm_backends"] = MOE_CPU_GEMM_BACKENDS if sparse else CPU_GEMM_BACKENDS
     return config
 
