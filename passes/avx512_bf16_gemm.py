@@ -12,8 +12,8 @@ Rows stay batch-invariant: a row's accumulators see the same instruction sequenc
 
 Registration adds a config beside Inductor's own (`register`); the template's ranking prefers it because
 its register block counts the k pair (block_k = 2), on machines whose vector ISA has AVX512-BF16.
-AMX configs still outrank it. torch 2.11-2.13 share this API (torch/_inductor/codegen/cpp_micro_gemm.py);
-where it differs, nothing is registered and Inductor's own kernels are used.
+AMX configs still outrank it. Written against torch 2.13's torch/_inductor/codegen/cpp_micro_gemm.py (2.11, the
+GPU machine's, is not checked); where that API differs, nothing is registered and Inductor's own kernels are used.
 """
 from __future__ import annotations
 
