@@ -17,6 +17,8 @@ GPU machine's, is not checked); where that API differs, nothing is registered an
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 # (block_m, block_n, block_k): Inductor's AVX-512 fp32-vector blockings, with the k pair as block_k.
@@ -129,16 +131,12 @@ def _micro_gemm_class():
     return mg, CppMicroGemmAVX512BF16, configs
 
 
-_registered: list[bool] = []
-
-
+@functools.cache
 def register() -> bool:
     """Add the kernel to Inductor's micro-GEMM choices, once per process. -> whether it is registered."""
-    if not _registered:
-        try:
-            mg, cls, configs = _micro_gemm_class()
-            mg.register_micro_gemm(*configs)(cls)
-            _registered.append(True)
-        except (ImportError, AttributeError, TypeError):  # another torch's Inductor: keep its own kernels
-            _registered.append(False)
-    return _registered[0]
+    try:
+        mg, cls, configs = _micro_gemm_class()
+        mg.register_micro_gemm(*configs)(cls)
+        return True
+    except (ImportError, AttributeError, TypeError):  # another torch's Inductor: keep its own kernels
+        return False
