@@ -14,7 +14,7 @@ setup(
     package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
     package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors",
                            "smollm2_drafter/*.json", "smollm2_drafter/*.txt", "smollm2_drafter/*.safetensors",
-                           "smollm2_eagle3/*.json", "smollm2_eagle3/*.safetensors"]},
+                           "smollm2_eagle3/*.json", "smollm2_eagle3/*.safetensors", "runtime/kernels/*.cpp"]},
     install_requires=[
         "torch>=2.11,<2.14",  # 2.11 on the GPU machine; CI installs the 2.13.0 CPU wheel first
         "numpy>=1.24",

@@ -15,6 +15,8 @@ K order does not depend on the row count, a row's logits are bit-identical whate
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -91,6 +93,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(cfg.hidden_size, qkv_out, bias=cfg.qkv_bias)  # fused q, k, v
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
         self.cache = KVCache(cfg.n_kv_heads, n_slots, cfg.head_dim, dtype)
+        self.attend_exported = attend_rowwise  # what export traces; set_exported_attention swaps it
 
     def forward(self, x, cos, sin, slots, mask, kv=None):
         # x [W, hidden]; mask [W, S] bool; kv: (k, v) cache tensors passed in, else this layer's buffers
@@ -105,11 +108,21 @@ class Attention(nn.Module):
         S = mask.shape[1]
         keys, values = k_cache[:, :S], v_cache[:, :S]  # [KV, S, hd]
         if torch.compiler.is_exporting():
-            out = attend_rowwise(q, keys, values, mask)  # [H, W, hd]
+            out = self.attend_exported(q, keys, values, mask)  # [H, W, hd]
         else:  # eager: the fused kernel is much faster than the broadcast products
             out = F.scaled_dot_product_attention(q.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
                                                  attn_mask=mask[None, None], enable_gqa=True)[0]  # [H, W, hd]
         return self.wo(out.transpose(0, 1).reshape(W, self.n_heads * self.hd))
+
+
+AttendFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def set_exported_attention(module: nn.Module, attend: AttendFn) -> None:
+    """Every Attention inside `module` exports `attend` (same contract as attend_rowwise), e.g. a kernel op."""
+    for m in module.modules():
+        if isinstance(m, Attention):
+            m.attend_exported = attend
 
 
 class Block(nn.Module):

@@ -3,7 +3,8 @@
 
     python tools/bench_attention.py -m $(python tools/get_smollm2.py) --attention bmm --out /tmp/v-bmm.pt2
 
-rowwise: graphs.llama.attend_rowwise, the bundle's (broadcast products and sums; batch-invariant)
+kernel:  the attention kernel op (yggc/runtime/kernels/attend_rows.cpp), the CPU bundle's; batch-invariant
+rowwise: graphs.llama.attend_rowwise, the CUDA bundle's (broadcast products and sums; batch-invariant)
 sdpa:    F.scaled_dot_product_attention (fast; its rows are not batch-invariant)
 bmm:     two float32 batched GEMMs (scores over head_dim, then P @ V over slots); Inductor's C++ GEMM
          template does not take them, so ATen is allowed beside it (--backends CPP,ATEN)
@@ -19,9 +20,10 @@ import torch
 import torch.nn.functional as F
 import yggc.graphs.llama as llama
 import yggc.passes.lower as lower
+from yggc.passes import attention_kernel
 from yggc.passes.profile import bucket_latency_ms
 
-from yggc.runtime import models
+from yggc.runtime import attention_op, models
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import causal_rows
 
@@ -44,7 +46,8 @@ def attend_bmm(q, keys, values, mask):
     return (num / e.sum(-1, keepdim=True)).to(q.dtype).view(H, W, hd)
 
 
-FORMULATIONS = {"rowwise": llama.attend_rowwise, "sdpa": attend_sdpa, "bmm": attend_bmm}
+FORMULATIONS = {"kernel": attention_op.attend_rows, "rowwise": llama.attend_rowwise, "sdpa": attend_sdpa,
+                "bmm": attend_bmm}
 
 
 def invariant_rows(model: CompiledModel, layout, width: int = 33, context: int = 120) -> int:
@@ -65,7 +68,7 @@ def invariant_rows(model: CompiledModel, layout, width: int = 33, context: int =
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model", required=True)
-    ap.add_argument("--attention", choices=sorted(FORMULATIONS), default="bmm")
+    ap.add_argument("--attention", choices=sorted(FORMULATIONS), default="kernel")
     ap.add_argument("--backends", help="max_autotune_gemm_backends (default: CPP, or CPP,ATEN for bmm)")
     ap.add_argument("--out", type=Path, required=True, help="the package (.pt2; reused when present)")
     ap.add_argument("--dtype", default="bfloat16")
@@ -75,7 +78,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     v = models.load(args.model, models.parse_dtype(args.dtype), 1024)
     if not args.out.exists():
-        llama.attend_rowwise = FORMULATIONS[args.attention]
+        attention_kernel.build()
+        lower.exported_attention = lambda device: FORMULATIONS[args.attention]
         lower.CPU_GEMM_BACKENDS = args.backends or ("CPP,ATEN" if args.attention == "bmm" else "CPP")
         t0 = time.perf_counter()
         lower.lower_model(v.graph, max(WIDTHS), 1024, args.out, "cpu", "O2")

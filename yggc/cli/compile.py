@@ -16,8 +16,21 @@ if TYPE_CHECKING:
     from ..passes.calibrate import CalibrationSpec
 
 
+_terminated = False
+
+
 def _interrupt(signum, frame):
+    global _terminated
+    _terminated = True
     raise KeyboardInterrupt  # so the bundle writer deletes its partial directory on `kill` too
+
+
+def _log(msg: str) -> None:
+    # a KeyboardInterrupt raised inside a weakref or GC callback is printed and dropped, not propagated:
+    # raise it again at the next step, before the bundle is committed
+    if _terminated:
+        raise KeyboardInterrupt
+    print(msg, file=sys.stderr)
 
 
 # CPU: O2's frozen C++ GEMMs keep small-W steps at the memory floor and rows batch-invariant. CUDA: O1 (buckets
@@ -44,7 +57,7 @@ def compile_command(args: argparse.Namespace) -> int:
                      opt=args.opt or ("O1" if world > 1 else DEFAULT_OPT[args.device]), calib=calib,
                      backend=args.backend, tp=world)
     warn_if_busy()
-    compile_bundle(job, log=lambda msg: print(msg, file=sys.stderr))
+    compile_bundle(job, log=_log)
     return 0
 
 

@@ -1,0 +1,91 @@
+"""The attention kernel op (yggc/runtime/kernels/attend_rows.cpp): it computes masked GQA attention, and
+a row's bits do not depend on how many rows share the call or on which cache slots hold its keys."""
+
+import math
+
+import pytest
+import torch
+from yggc.passes import attention_kernel
+
+from yggc.runtime import attention_op
+
+
+@pytest.fixture(scope="module", autouse=True)
+def library():
+    return attention_kernel.build()
+
+
+def cache_views(n_kv: int, n_slots: int, S: int, hd: int, dtype, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(n_kv, n_slots, hd, generator=g).to(dtype)
+    v = torch.randn(n_kv, n_slots, hd, generator=g).to(dtype)
+    return k[:, :S], v[:, :S]  # strided views of a longer cache, as the graphs pass them
+
+
+def reference(q, keys, values, mask):
+    """float64 softmax attention with GQA; q [H, W, hd]."""
+    H, n_kv = q.shape[0], keys.shape[0]
+    k = keys.double().repeat_interleave(H // n_kv, 0)
+    v = values.double().repeat_interleave(H // n_kv, 0)
+    scores = (q.double() @ k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("H,n_kv,hd", [(9, 3, 64), (4, 4, 8), (6, 2, 24), (2, 1, 80)])
+def test_matches_float64_attention(dtype, tol, H, n_kv, hd):
+    keys, values = cache_views(n_kv, 64, 40, hd, dtype, seed=hd)
+    q = torch.randn(H, 7, hd, generator=torch.Generator().manual_seed(1)).to(dtype)
+    mask = torch.rand(7, 40, generator=torch.Generator().manual_seed(2)) < 0.6
+    mask[:, 0] = True
+    out = attention_op.attend_rows(q, keys, values, mask)
+    assert out.dtype == dtype and out.shape == q.shape
+    torch.testing.assert_close(out.double(), reference(q, keys, values, mask), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_do_not_depend_on_width_or_slot_placement(dtype):
+    """Row j of a 33-row tree call equals a one-row call over the same keys, both at the tree's slots and
+    compacted to consecutive slots after the prefix (the autoregressive layout)."""
+    prefix, rows, hd = 90, 33, 64
+    keys, values = cache_views(3, 256, prefix + rows, hd, dtype, seed=5)
+    q = torch.randn(9, rows, hd, generator=torch.Generator().manual_seed(6)).to(dtype)
+    mask = torch.zeros(rows, prefix + rows, dtype=torch.bool)
+    mask[:, :prefix] = True
+    g = torch.Generator().manual_seed(7)
+    for j in range(rows):  # a random subset of the earlier tree slots as ancestors, and the row itself
+        mask[j, prefix:prefix + j] = torch.rand(j, generator=g) < 0.5
+        mask[j, prefix + j] = True
+    wide = attention_op.attend_rows(q, keys, values, mask)
+    for j in range(rows):
+        one = attention_op.attend_rows(q[:, j:j + 1], keys, values, mask[j:j + 1])
+        assert torch.equal(one[:, 0], wide[:, j])
+        visible = mask[j].nonzero().flatten()
+        k2, v2 = (torch.zeros(3, 256, hd, dtype=dtype) for _ in range(2))
+        k2[:, :len(visible)], v2[:, :len(visible)] = keys[:, visible], values[:, visible]
+        compact = torch.zeros(1, len(visible) + 5, dtype=torch.bool)
+        compact[0, :len(visible)] = True
+        moved = attention_op.attend_rows(q[:, j:j + 1], k2[:, :len(visible) + 5], v2[:, :len(visible) + 5], compact)
+        assert torch.equal(moved[:, 0], wide[:, j])
+
+
+def test_a_row_that_sees_nothing_is_zero():
+    keys, values = cache_views(1, 8, 8, 16, torch.float32, seed=3)
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[1, :3] = True
+    out = attention_op.attend_rows(torch.randn(2, 2, 16), keys, values, mask)
+    assert torch.equal(out[:, 0], torch.zeros(2, 16)) and out[:, 1].abs().sum() > 0
+
+
+def test_bad_shapes_are_refused_with_a_message():
+    keys, values = cache_views(1, 8, 8, 16, torch.float32, seed=3)
+    with pytest.raises(RuntimeError, match="mask must be"):
+        attention_op.attend_rows(torch.randn(2, 3, 16), keys, values, torch.ones(2, 8, dtype=torch.bool))
+
+
+def test_the_library_is_installed_beside_a_package_and_loads_from_there(tmp_path):
+    package = tmp_path / "verifier.pt2"
+    attention_kernel.install_beside(package)
+    assert (tmp_path / attention_op.LIBRARY).read_bytes() == attention_kernel.build().read_bytes()
+    attention_op.load_beside(package)  # already registered in this process: a no-op, not a second registration
+    assert attention_op.registered()

@@ -1,0 +1,207 @@
+// Masked GQA attention for the compiled CPU graphs: the op yggc::attend_rows_v1.
+//
+// A task is one query row and up to kHeads query heads that share a key/value head (they share the row's
+// mask and every key and value load). Every sum over cache slots runs slot by slot, in slot order, over the
+// row's visible slots only; every per-slot operation is the same instruction sequence whichever slot or
+// lane it lands on. So a row's result is bit-identical whatever the number of rows in the call and
+// wherever its visible keys sit in the cache: the tree-verify and the autoregressive layouts of the same
+// keys give the same bits.
+#include <torch/library.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr int64_t kLanes = Vec::size();
+constexpr int64_t kBlock = 4;  // vectors of head_dim held in registers at once
+constexpr int64_t kHeads = 4;  // query heads per task
+
+template <typename T>
+inline Vec load_float(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return Vec::loadu(p);
+  } else {
+    Vec out;
+    at::vec::load_fp32_from_bf16(p, out);
+    return out;
+  }
+}
+
+inline float lane_sum(Vec v) {
+  return at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, v);
+}
+
+struct Task {
+  const float* q;        // [ng, hd] the queries, as float
+  int64_t ng, hd;        // heads in the task, head_dim
+  const int32_t* slots;  // [n] visible slots, ascending
+  int64_t n;
+  int64_t slot_stride;   // elements between consecutive slots of the key/value cache
+};
+
+// scores[h * stride + i] = q_h . keys[slots[i]] / sqrt(hd): per block of head_dim, independent lane products
+// summed in a fixed tree, a fixed lane reduction per block, the scalar tail last.
+template <typename T, int NG, bool FULL>
+void scores_of(const Task& t, const T* keys, float* scores, int64_t stride) {
+  const int64_t vec_end = t.hd - t.hd % kLanes;
+  const float scale = 1.f / std::sqrt(static_cast<float>(t.hd));
+  for (int64_t i = 0; i < t.n; ++i) {
+    const T* k = keys + t.slots[i] * t.slot_stride;
+    float s[kHeads] = {0.f, 0.f, 0.f, 0.f};
+    for (int64_t d0 = 0; d0 < vec_end; d0 += kBlock * kLanes) {
+      Vec kv[kBlock];
+      for (int64_t j = 0; j < kBlock; ++j)
+        kv[j] = FULL || d0 + j * kLanes < vec_end ? load_float(k + d0 + j * kLanes) : Vec(0.f);
+      for (int64_t h = 0; h < NG; ++h) {
+        const float* q = t.q + h * t.hd + d0;
+        Vec a[kBlock];
+        for (int64_t j = 0; j < kBlock; ++j)
+          a[j] = FULL || d0 + j * kLanes < vec_end ? Vec::loadu(q + j * kLanes) * kv[j] : Vec(0.f);
+        s[h] += lane_sum((a[0] + a[1]) + (a[2] + a[3]));
+      }
+    }
+    for (int64_t h = 0; h < NG; ++h) {
+      for (int64_t d = vec_end; d < t.hd; ++d) s[h] += t.q[h * t.hd + d] * static_cast<float>(k[d]);
+      scores[h * stride + i] = s[h] * scale;
+    }
+  }
+}
+
+// p = exp(score - max) per head, in place; the rows are padded to whole vectors so every exp is a full one.
+void softmax_numerators(float* p, int64_t ng, int64_t n, int64_t stride) {
+  for (int64_t h = 0; h < ng; ++h) {
+    float* row = p + h * stride;
+    const float top = *std::max_element(row, row + n);
+    std::fill(row + n, row + stride, -INFINITY);
+    const Vec vtop(top);
+    for (int64_t i = 0; i < n; i += kLanes) (Vec::loadu(row + i) - vtop).exp_u20().store(row + i);
+  }
+}
+
+// out[h][:] = sum_i p[h][i] * values[slots[i]][:] / sum_i p[h][i], slot by slot (lanes hold head_dim)
+template <typename T, int NG, bool FULL>
+void weighted_values(const Task& t, const float* p, int64_t stride, const T* values, T* out, int64_t out_stride) {
+  float total[kHeads] = {0.f, 0.f, 0.f, 0.f};
+  for (int64_t i = 0; i < t.n; ++i)  // heads interleaved: independent chains, each in slot order
+    for (int64_t h = 0; h < NG; ++h) total[h] += p[h * stride + i];
+  const int64_t vec_end = t.hd - t.hd % kLanes;
+  for (int64_t d0 = 0; d0 < vec_end; d0 += kBlock * kLanes) {
+    const int64_t nv = FULL ? kBlock : std::min<int64_t>(kBlock, (vec_end - d0) / kLanes);
+    Vec acc[NG][kBlock];
+    for (auto& head : acc)
+      for (auto& a : head) a = Vec(0.f);
+    for (int64_t i = 0; i < t.n; ++i) {
+      const T* row = values + t.slots[i] * t.slot_stride + d0;
+      Vec v[kBlock];
+      for (int64_t j = 0; j < kBlock; ++j) v[j] = j < nv ? load_float(row + j * kLanes) : Vec(0.f);
+      for (int64_t h = 0; h < NG; ++h) {
+        const Vec ph(p[h * stride + i]);
+        for (int64_t j = 0; j < kBlock; ++j) acc[h][j] = at::vec::fmadd(ph, v[j], acc[h][j]);
+      }
+    }
+    for (int64_t h = 0; h < NG; ++h)
+      for (int64_t j = 0; j < nv; ++j) {
+        __at_align__ float lanes[kLanes];
+        (acc[h][j] / Vec(total[h])).store(lanes);
+        for (int64_t l = 0; l < kLanes; ++l) out[h * out_stride + d0 + j * kLanes + l] = static_cast<T>(lanes[l]);
+      }
+  }
+  for (int64_t h = 0; h < NG; ++h)
+    for (int64_t d = vec_end; d < t.hd; ++d) {
+      float acc = 0.f;
+      for (int64_t i = 0; i < t.n; ++i)
+        acc = std::fma(p[h * stride + i], static_cast<float>(values[t.slots[i] * t.slot_stride + d]), acc);
+      out[h * out_stride + d] = static_cast<T>(acc / total[h]);
+    }
+}
+
+template <typename T, int NG, bool FULL>
+void attend_task_as(const Task& t, const T* keys, const T* values, float* p, int64_t stride, T* out, int64_t out_stride) {
+  scores_of<T, NG, FULL>(t, keys, p, stride);
+  softmax_numerators(p, NG, t.n, stride);
+  weighted_values<T, NG, FULL>(t, p, stride, values, out, out_stride);
+}
+
+// The loops unrolled for the task's head count, and without per-vector checks where head_dim is whole blocks.
+template <typename T>
+void attend_task(const Task& t, const T* keys, const T* values, float* p, int64_t stride, T* out, int64_t out_stride) {
+  using Fn = void (*)(const Task&, const T*, const T*, float*, int64_t, T*, int64_t);
+  static constexpr Fn partial[kHeads] = {attend_task_as<T, 1, false>, attend_task_as<T, 2, false>,
+                                         attend_task_as<T, 3, false>, attend_task_as<T, 4, false>};
+  static constexpr Fn full[kHeads] = {attend_task_as<T, 1, true>, attend_task_as<T, 2, true>,
+                                      attend_task_as<T, 3, true>, attend_task_as<T, 4, true>};
+  (t.hd % (kBlock * kLanes) == 0 ? full : partial)[t.ng - 1](t, keys, values, p, stride, out, out_stride);
+}
+
+template <typename T>
+void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
+                at::Tensor& out) {
+  const int64_t H = q.size(0), W = q.size(1), hd = q.size(2), KV = keys.size(0), S = keys.size(1);
+  const int64_t G = H / KV, groups = (G + kHeads - 1) / kHeads;
+  const T* qp = q.const_data_ptr<T>();
+  const T* kp = keys.const_data_ptr<T>();
+  const T* vp = values.const_data_ptr<T>();
+  const bool* mp = mask.const_data_ptr<bool>();
+  T* op = out.mutable_data_ptr<T>();
+  const int64_t stride = S + kLanes;  // a head's row of scores, padded to whole vectors
+  at::parallel_for(0, KV * groups * W, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(kHeads * hd), p(kHeads * stride);
+    std::vector<int32_t> slots(S);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t w = task % W, group = task / W % groups, kv = task / W / groups;
+      const int64_t h0 = kv * G + group * kHeads, ng = std::min(kHeads, G - group * kHeads);
+      int64_t n = 0;
+      for (int64_t s = 0; s < S; ++s)
+        if (mp[w * S + s]) slots[n++] = static_cast<int32_t>(s);
+      T* o = op + (h0 * W + w) * hd;  // out [H, W, hd]: head h at o + (h - h0) * W * hd
+      if (n == 0) {  // a row that sees nothing (padding) reads as zeros
+        for (int64_t h = 0; h < ng; ++h) std::fill(o + h * W * hd, o + h * W * hd + hd, static_cast<T>(0.f));
+        continue;
+      }
+      for (int64_t h = 0; h < ng; ++h)
+        for (int64_t d = 0; d < hd; ++d) qf[h * hd + d] = static_cast<float>(qp[((h0 + h) * W + w) * hd + d]);
+      const Task t{qf.data(), ng, hd, slots.data(), n, keys.stride(1)};
+      attend_task<T>(t, kp + kv * keys.stride(0), vp + kv * values.stride(0), p.data(), stride, o, W * hd);
+    }
+  });
+}
+
+at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask) {
+  // q [H, W, hd]; keys, values [KV, S, hd] (slots may be strided views of a longer cache); mask [W, S] bool
+  TORCH_CHECK(q.dim() == 3 && keys.dim() == 3 && values.dim() == 3 && mask.dim() == 2, "attend_rows: bad ranks");
+  TORCH_CHECK(keys.stride(2) == 1 && values.stride(2) == 1 && keys.stride(1) == values.stride(1),
+              "attend_rows: keys and values need contiguous head_dim and equal slot strides");
+  TORCH_CHECK(mask.size(0) == q.size(1) && mask.size(1) == keys.size(1) && values.size(1) == keys.size(1),
+              "attend_rows: mask must be [rows, slots]");
+  TORCH_CHECK(q.size(0) % keys.size(0) == 0 && q.size(2) == keys.size(2), "attend_rows: head counts or dims differ");
+  TORCH_CHECK(q.scalar_type() == keys.scalar_type() && q.scalar_type() == values.scalar_type(),
+              "attend_rows: q, keys and values need one dtype");
+  auto qc = q.contiguous();
+  auto mc = mask.contiguous();
+  auto out = at::empty_like(qc);
+  if (q.scalar_type() == at::kBFloat16) {
+    attend_all<at::BFloat16>(qc, keys, values, mc, out);
+  } else {
+    TORCH_CHECK(q.scalar_type() == at::kFloat, "attend_rows: float32 or bfloat16");
+    attend_all<float>(qc, keys, values, mc, out);
+  }
+  return out;
+}
+
+}  // namespace
+
+// The op's name carries the kernel's version: a package calls it by name, and a process may hold bundles
+// compiled against different versions of this file. Bump it with any change to the arithmetic.
+TORCH_LIBRARY_FRAGMENT(yggc, m) {
+  m.def("attend_rows_v1(Tensor q, Tensor keys, Tensor values, Tensor mask) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(yggc, CPU, m) {
+  m.impl("attend_rows_v1", attend_rows);
+}
