@@ -48,7 +48,9 @@ def build() -> Path:
             partial = Path(tmp) / attention_op.LIBRARY
             done = subprocess.run(compile_command(source, partial), capture_output=True, text=True)
             if done.returncode != 0:
-                raise YggcError(f"building the attention kernel failed: {done.stderr.strip().splitlines()[-1:]}")
+                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                raise YggcError(f"building the attention kernel with g++ failed ({last}); Inductor needs a "
+                                "working g++ too: install it (e.g. apt install g++) and re-run")
             os.replace(partial, library)
     attention_op.load(library)
     return library
