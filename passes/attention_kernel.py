@@ -35,9 +35,13 @@ def compile_command(source: Path, out: Path) -> list[str]:
             *includes, str(source), "-o", str(out), *libs, "-lc10", "-ltorch", "-ltorch_cpu"]
 
 
+def _fake_attend_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(q, memory_format=torch.contiguous_format)  # [H, W, hd]: what export traces
+
+
 @cache
 def build() -> Path:
-    """The library for this machine, compiled on first use and loaded into this process."""
+    """The library for this machine, compiled on first use, loaded into this process and traceable by export."""
     source = attention_op.SOURCE
     key = hashlib.sha256(source.read_bytes() + " ".join(compile_command(Path("s"), Path("o"))).encode()
                          + torch.__version__.encode()).hexdigest()[:16]
@@ -53,6 +57,7 @@ def build() -> Path:
                                 "working g++ too: install it (e.g. apt install g++) and re-run")
             os.replace(partial, library)
     attention_op.load(library)
+    torch.library.register_fake(f"{attention_op.NAMESPACE}::{attention_op.OP}")(_fake_attend_rows)
     return library
 
 

@@ -74,13 +74,13 @@ def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple, out_
                     device: str = "cpu") -> Path:
     """Export `module` on `inputs` with the `dynamic` dims (torch.export's dynamic_shapes); compile to out_path."""
     graph = module.call if isinstance(module, FrozenForward) else module  # FrozenForward hides its graph
-    cpu = device_kind(device) == "cpu"
-    set_exported_attention(graph, exported_attention(device))
+    attend = exported_attention(device)
+    set_exported_attention(graph, attend)
     program = torch.export.export(module, inputs, dynamic_shapes=dynamic)
     sparse = any(isinstance(m, MoeFeedForward) for m in graph.modules())
     torch._inductor.aoti_compile_and_package(program, package_path=str(out_path),
                                              inductor_configs=inductor_config(opt, device, sparse))
-    if cpu:
+    if attend is attention_op.attend_rows:  # the packages call the op: the runtime loads it from beside them
         attention_kernel.install_beside(out_path)
     return out_path
 

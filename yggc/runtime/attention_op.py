@@ -30,7 +30,6 @@ def load(library: Path) -> None:
         torch.ops.load_library(str(library))
     except OSError as e:
         raise YggcError(f"attention kernel {library.name} cannot be loaded ({e}); re-run `yggc compile`") from None
-    torch.library.register_fake(f"{NAMESPACE}::{OP}")(_fake_attend_rows)
 
 
 def load_beside(package: Path) -> None:
@@ -38,10 +37,6 @@ def load_beside(package: Path) -> None:
     library = Path(package).with_name(LIBRARY)
     if library.is_file():
         load(library)
-
-
-def _fake_attend_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(q, memory_format=torch.contiguous_format)  # [H, W, hd]
 
 
 def attend_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
