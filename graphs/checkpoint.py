@@ -140,6 +140,7 @@ def empty_graph(cfg: ModelConfig, n_slots: int, dtype: torch.dtype, device: str 
     model.rope.fill()  # materialize left the RoPE tables uninitialised
     for cache in model.caches():  # masked slots must hold zeros (0 x NaN would leak into every row)
         cache.k.zero_(), cache.v.zero_()
+    model.pool_caches()
     return model
 
 

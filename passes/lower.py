@@ -24,7 +24,7 @@ from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
 from ..runtime import attention_op
 from ..runtime.verify_phase import GreedyVerifyPhase
-from . import attention_kernel, avx512_bf16_gemm
+from . import attention_kernel, avx2_bf16_gemm, avx512_bf16_gemm
 from .frozen_export import FrozenForward
 
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
@@ -47,6 +47,7 @@ def inductor_config(opt: str, device: str, sparse: bool = False) -> dict:
     config = dict(INDUCTOR_CONFIGS[opt], autotune_num_choices_displayed=0, max_autotune_report_choices_stats=False)
     if opt == "O2" and device == "cpu":
         avx512_bf16_gemm.register()
+        avx2_bf16_gemm.register()
         config["max_autotune_gemm_backends"] = MOE_CPU_GEMM_BACKENDS if sparse else CPU_GEMM_BACKENDS
     return config
 

@@ -42,7 +42,7 @@ from .decode_check import check_prompts, decode_check
 from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
-from .profile import HeadSteps, host_stage_ms, profile_forward, profile_models
+from .profile import HeadSteps, host_stage_ms, profile_forward, profile_models, profiled_widths
 from .tensor_parallel_bundle import barrier, bundle_writer, every_rank, split_file
 from .train_predictor import train_policy
 from .write_bundle import BundleWriter
@@ -293,7 +293,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
     # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new
     # verify bucket, the decode check
-    n_steps += 5 + len(job.calib.widths) + (o1 and not head) if job.calib else n_buckets
+    profiled = sum(len(profiled_widths(w, 0 if o1 else package_width(job))) for w in widths.values())
+    n_steps += 5 + len(job.calib.widths) + (o1 and not head) if job.calib else profiled
     if job.calib and job.calib.temperature > 0:  # the sampled calibration per width, its choice, its decode check
         n_steps += len(job.calib.widths) + 2
     bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)

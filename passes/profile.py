@@ -36,8 +36,13 @@ def expert_counts(cfg) -> tuple[int, int]:
 
 
 def timed_widths(model, widths: list[int]) -> list[int]:
-    wide = getattr(model, "package_width", 0)  # 0: only the compiled buckets' widths can run
-    return sorted({*widths, *(w for w in PACKAGE_PROBE_WIDTHS if w <= wide)})
+    return profiled_widths(widths, getattr(model, "package_width", 0))  # 0: only the buckets' widths can run
+
+
+def profiled_widths(widths: list[int], package_width: int) -> list[int]:
+    """The widths profile_forward times: the buckets' and, where one package serves every width up to
+    package_width, the probe widths that shape the cost curve; none for a model without buckets."""
+    return sorted({*widths, *(w for w in PACKAGE_PROBE_WIDTHS if w <= package_width)}) if widths else []
 
 
 def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repeats: int) -> float:

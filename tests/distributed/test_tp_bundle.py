@@ -9,6 +9,8 @@ import sys
 import pytest
 from checkpoints import write_checkpoint
 
+pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
+
 PROMPTS = ["3,1,4,1,5,9,2,6", "7,7,30,2"]
 
 

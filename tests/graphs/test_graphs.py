@@ -137,3 +137,23 @@ def test_missing_weight_is_named(tmp_path, checkpoint):
     save_file(tensors, tmp_path / "model.safetensors")
     with pytest.raises(CheckpointError, match="layers.1.mlp.up_proj.weight"):
         load_model(tmp_path, 16)
+
+
+def test_kv_compaction_moves_every_layer_pooled_or_not(checkpoint):
+    """load_model pools the layers' caches so compaction is one gather and one scatter; it moves exactly
+    what the per-layer copy moves, and a graph whose buffers were replaced (Module.to) falls back to that."""
+    path = checkpoint(sorted(CONFIGS)[0])
+    model = load_model(path, 32)
+    assert model.pooled() is not None
+    g = torch.Generator().manual_seed(0)
+    for t in model.cache_tensors():
+        t.copy_(torch.randn(t.shape, generator=g))
+    src, dst = torch.tensor([9, 12, 15]), torch.tensor([5, 6, 7])
+    want = [t.clone().index_copy_(1, dst, t.index_select(1, src)) for t in model.cache_tensors()]
+    model.move_kv(src, dst)
+    assert all(torch.equal(t, w) for t, w in zip(model.cache_tensors(), want))
+    model.to(torch.float64)  # every buffer replaced: the pool no longer backs them
+    assert model.pooled() is None
+    model.move_kv(dst, src)
+    assert all(torch.equal(t, w.double().index_copy_(1, src, w.double().index_select(1, dst)))
+               for t, w in zip(model.cache_tensors(), want))

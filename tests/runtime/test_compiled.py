@@ -20,6 +20,8 @@ from yggc.runtime import Runtime
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.tree.sampling import SamplingParams
 
+pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
+
 SHAPE = TreeShape(3, 2, 5)
 CHAT = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
 

@@ -1,5 +1,6 @@
 """bf16 end to end through an O1 bundle (its own file: the compile is the suite's longest, and a file
 is the unit the parallel test run schedules)."""
+import pytest
 import torch
 from checkpoints import write_checkpoint
 from yggc.passes.pipeline import CompileJob, compile_bundle
@@ -7,6 +8,8 @@ from yggc.passes.pipeline import CompileJob, compile_bundle
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.tree.sampling import SamplingParams
+
+pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
 
 SHAPE = TreeShape(3, 2, 5)
 

@@ -17,6 +17,8 @@ from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.eagle3_decoder import Eagle3Decoder
 from yggc.tree.sampling import SamplingParams
 
+pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
+
 SHAPE = TreeShape(3, 2, 4)
 
 

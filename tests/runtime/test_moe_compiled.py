@@ -12,6 +12,8 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.runtime.cache_layout import causal_rows
 
+pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
+
 SHAPE = TreeShape(3, 2, 5)
 
 

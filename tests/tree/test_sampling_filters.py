@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from yggc.errors import YggcError
-from yggc.tree.sampling import SamplingParams, target_probs
+from yggc.tree.sampling import SamplingParams, row_argmax, target_probs
 
 LOGITS = torch.log(torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04]))
 
@@ -41,3 +41,14 @@ def test_filters_compose_and_renormalise():
 def test_bad_values_are_refused(kw, msg):
     with pytest.raises(YggcError, match=msg):
         SamplingParams(**{"temperature": 1.0, **kw})
+
+
+def test_row_argmax_is_torch_argmax_with_ties_and_nan():
+    """The NumPy fast path picks what torch.argmax picks: the first maximum, and the first NaN as the maximum."""
+    x = torch.randn(4, 49152, generator=torch.Generator().manual_seed(0))
+    x[1, 7] = x[1, 9000] = x[1].max() + 1  # a tie: the first wins
+    x[2, 300] = x[2, 100] = float("nan")
+    x[3] = 0.0  # all equal
+    for logits in (x, x[0], x.bfloat16()):
+        got = row_argmax(logits)
+        assert got.dtype == torch.long and torch.equal(got, logits.argmax(-1))

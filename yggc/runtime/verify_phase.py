@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..tree.sampling import row_argmax
 from ..tree.token_tree import tree_mask
 
 
@@ -62,7 +63,7 @@ class GreedyVerifyPhase(nn.Module):
         rows = torch.arange(V + 1, device=tokens.device)
         mask = tree_mask(n, sub_anc, view_slots.shape[0])
         logits, per_row = self.score(tokens[kept], n + sub_depth, n + rows, mask)  # [V+1, vocab]
-        best = logits.argmax(-1)
+        best = row_argmax(logits)  # [V+1]
         deepest = greedy_accept(tokens[kept], sub_par, sub_depth, best, D)
         on_path = sub_anc[deepest]  # [V+1] the accepted rows, root included
         path = torch.argsort(torch.where(on_path, sub_depth, D + 1 + rows))[: min(D, V) + 1]

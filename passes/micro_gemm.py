@@ -1,0 +1,134 @@
+"""What yggc's bf16 micro-kernels for Inductor's C++ GEMM template share: the entry that walks row blocks,
+and registration beside Inductor's own kernels.
+
+Both kernels (avx512_bf16_gemm, avx2_bf16_gemm) read weights packed VNNI-2 at compile time (k pairs
+interleaved per column: B [K / 2, N, 2]) and keep rows batch-invariant: a row's accumulators see the same
+instruction sequence whatever the row block (the tail kernels are the same template at fewer rows), and
+the template never slices K across threads.
+
+Written against torch 2.13's torch/_inductor/codegen/cpp_micro_gemm.py (2.11, the GPU machine's, is not
+checked); where that API differs, nothing is registered and Inductor's own kernels are used.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+# A kernel's frame: a template on the row count and the block's columns, over a row block of A, a k-pair
+# packed block of B and the fp32 block of C (accum: add to C instead of overwriting it); fp32 accumulators
+# vc[ROWS * COLS] of VEC-wide vectors (COLS = N / LANES), loaded or zeroed; the kernel's own k loop; C stored.
+FRAME_OPEN = r"""
+template <int64_t ROWS, int64_t N, bool accum>
+inline void {{kernel_name}}_kernel(
+    const {{input_t}}* {{restrict_keyword}} A,
+    const {{input2_t}}* {{restrict_keyword}} B,
+    {{output_t}}* {{restrict_keyword}} C,
+    int64_t K,
+    int64_t lda,
+    int64_t ldb,
+    int64_t ldc
+) {
+    // A [ROWS, K] bf16; B [K / 2, N, 2] bf16 (VNNI-2); C [ROWS, N] fp32
+    constexpr int COLS = N / LANES;
+    VEC vc[ROWS * COLS];
+    c10::ForcedUnroll<ROWS * COLS>{}([&](auto i) {
+        constexpr int row = i / COLS;
+        constexpr int col = i % COLS;
+        if constexpr (accum) {
+            vc[i] = SIMD_loadu_ps(C + row * ldc + col * LANES);
+        } else {
+            vc[i] = SIMD_setzero_ps();
+        }
+    });
+"""
+FRAME_CLOSE = r"""
+    c10::ForcedUnroll<ROWS * COLS>{}([&](auto i) {
+        constexpr int row = i / COLS;
+        constexpr int col = i % COLS;
+        SIMD_storeu_ps(C + row * ldc + col * LANES, vc[i]);
+    });
+}
+"""
+
+
+def kernel_source(bits: int, k_loop: str) -> str:
+    """The Jinja template of a {{kernel_name}}_kernel on `bits`-wide fp32 vectors (256: AVX2, 512: AVX-512)
+    whose `k_loop` (its declarations, then the loop over k pairs) accumulates into vc."""
+    def fill(frame: str) -> str:
+        return frame.replace("SIMD", f"_mm{bits}").replace("VEC", f"__m{bits}").replace("LANES", str(bits // 32))
+    return fill(FRAME_OPEN) + k_loop + fill(FRAME_CLOSE)
+
+
+# The micro-GEMM entry: full row blocks of block_m, then one tail block of the same kernel at fewer rows.
+ENTRY = r"""
+{{declare_kernel}} {
+    {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
+    {{kernel.assert_function}}(K % 2 == 0, "K dimension must be even");
+    const int64_t m_tail = M % {{block_m}};
+    const int64_t m_main = M - m_tail;
+    for (int64_t m = 0; m < m_main; m += {{block_m}}) {
+        for (int64_t n = 0; n < N; n += {{block_n}}) {
+            {{kernel_name}}_kernel<{{block_m}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K, lda, ldb, ldc);
+        }
+    }
+    switch (m_tail) {
+    case 0:
+        break;
+{%- for rows in range(block_m - 1, 0, -1) %}
+    case {{rows}}:
+        for (int64_t n = 0; n < N; n += {{block_n}}) {
+            {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m_main * lda, B + 2 * n, C + m_main * ldc + n, K, lda, ldb, ldc);
+        }
+        break;
+{%- endfor %}
+    default:
+        {{kernel.assert_function}}(false, "unsupported row tail");
+    }
+}
+"""
+
+# extra_check(config, m, n, k, alpha, num_threads, **kwargs) -> whether a config may serve this GEMM
+Check = Callable[..., bool]
+
+
+def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, usable: Check,
+                          displace: bool = False) -> bool:
+    """Add the bf16 x bf16 -> fp32 micro-kernel `kernel` (a Jinja template defining {{kernel_name}}_kernel)
+    to Inductor's choices for the vector ISA class `isa` of torch._inductor.cpu_vec_isa, at `blockings`
+    (block_m, block_n, 2), where `usable` accepts. displace: Inductor's own bf16 kernels for that ISA
+    decline wherever this one is usable (its ranking prefers larger register blocks, not faster ones).
+    -> whether it is registered; call once per process."""
+    try:
+        import torch._inductor.lowering  # noqa: F401 (first: importing cpp_micro_gemm alone is a circular import)
+        from torch._inductor import cpu_vec_isa
+        from torch._inductor.codegen import cpp_micro_gemm as mg
+        from torch._inductor.codegen.common import KernelTemplate
+
+        def codegen_define(self, template_kernel) -> str:
+            options = {"declare_kernel": self.get_kernel_declaration(), "kernel": template_kernel,
+                       "block_m": self.register_blocking.block_m, "block_n": self.register_blocking.block_n,
+                       **self.get_common_options()}
+            render = KernelTemplate._template_from_string
+            return render(kernel).render(options) + render(ENTRY).render(options)
+
+        cls = type(name, (mg.CppMicroGemm,), {"codegen_define": codegen_define,
+                                              "get_b_layout": lambda self: mg.LayoutType.VNNI2})
+        isa_cls = getattr(cpu_vec_isa, isa)
+        configs = mg.generate_gemm_config(isa_cls, blockings, input_dtype=torch.bfloat16,
+                                          output_dtype=torch.float, extra_check=usable)
+        if displace:
+            _displace(mg.micro_gemm_configs, isa_cls, usable)
+        mg.register_micro_gemm(*configs)(cls)
+        return True
+    except (ImportError, AttributeError, TypeError):  # another torch's Inductor: keep its own kernels
+        return False
+
+
+def _displace(registered: dict, isa_cls: type, usable: Check) -> None:
+    """Inductor's unconditional bf16 configs for exactly `isa_cls` now decline wherever `usable` accepts."""
+    for configs in registered.values():
+        for config in configs:
+            if (config.vec_isa_cls is isa_cls and config.extra_check is None
+                    and config.input_dtype == config.input2_dtype == torch.bfloat16):
+                config.extra_check = lambda *args, **kwargs: not usable(*args, **kwargs)
