@@ -119,6 +119,20 @@ def _assemble(fields: Manifest | dict[str, Any], files: dict[str, str], models: 
     return Manifest.from_dict(merged)
 
 
+_stop_requested = False
+
+
+def request_stop() -> None:
+    """A termination signal arrived: from now on no bundle is committed. The KeyboardInterrupt its handler
+    raises is printed and dropped when it lands inside a weakref or GC callback; the writer does not rely on it."""
+    global _stop_requested
+    _stop_requested = True
+
+
+def stop_requested() -> bool:
+    return _stop_requested
+
+
 class BundleWriter:
     """`with BundleWriter(out) as w:` fill w.root, call w.finish(fields); the bundle appears at out on exit."""
 
@@ -141,6 +155,8 @@ class BundleWriter:
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
             if exc_type is None:
+                if _stop_requested:
+                    raise KeyboardInterrupt  # terminated: the partial directory goes, nothing is committed
                 self._commit()
         finally:
             if self.root is not None and self.root.exists():

@@ -117,6 +117,17 @@ def test_exception_inside_with_leaves_nothing(tmp_path):
         assert not (tmp_path / "bundle").exists() and leftovers(tmp_path) == []
 
 
+def test_requested_stop_commits_nothing_even_when_the_interrupt_was_dropped(tmp_path, monkeypatch):
+    """A SIGTERM's KeyboardInterrupt can be swallowed inside a GC callback; the stop request still holds."""
+    from yggc.passes import write_bundle as wb
+
+    monkeypatch.setattr(wb, "_stop_requested", False)
+    with pytest.raises(KeyboardInterrupt), BundleWriter(tmp_path / "bundle") as w:
+        w.write_json("profile.json", {})
+        wb.request_stop()  # the handler ran; its interrupt never reached this frame
+    assert not (tmp_path / "bundle").exists() and leftovers(tmp_path) == []
+
+
 def test_bad_finish_leaves_nothing(tmp_path):
     with pytest.raises(ValueError, match="finish"), BundleWriter(tmp_path / "bundle") as w:
         w.write_json("profile.json", {})  # finish() never called

@@ -16,19 +16,17 @@ if TYPE_CHECKING:
     from ..passes.calibrate import CalibrationSpec
 
 
-_terminated = False
-
-
 def _interrupt(signum, frame):
-    global _terminated
-    _terminated = True
+    from ..passes.write_bundle import request_stop
+
+    request_stop()  # the writer then never commits, even if the interrupt below is dropped
     raise KeyboardInterrupt  # so the bundle writer deletes its partial directory on `kill` too
 
 
 def _log(msg: str) -> None:
-    # a KeyboardInterrupt raised inside a weakref or GC callback is printed and dropped, not propagated:
-    # raise it again at the next step, before the bundle is committed
-    if _terminated:
+    from ..passes.write_bundle import stop_requested
+
+    if stop_requested():  # a dropped interrupt: stop at the next step rather than compile on
         raise KeyboardInterrupt
     print(msg, file=sys.stderr)
 
