@@ -1,6 +1,7 @@
 """Bundles with an EAGLE-3 head: the fused draft phase (head step + tree steps + growth) and the verify phase
 (handing the accepted path's features over) are compiled, and decoding stays lossless."""
 import json
+import shutil
 
 import pytest
 import torch
@@ -34,15 +35,28 @@ def tokens(dec, prompt, n):
     return [t for c in dec.stream(prompt, n, SamplingParams()) for t in c]
 
 
+@pytest.fixture(scope="module")
+def bundles(pair_dirs, tmp_path_factory):
+    """bundles(opt, dtype) -> the pair's bundle at SHAPE, compiled once for the module."""
+    made = {}
+
+    def get(opt: str, dtype: torch.dtype):
+        if (opt, dtype) not in made:
+            out = tmp_path_factory.mktemp("e3bundle") / "bundle"
+            compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=dtype, max_seq=96, profile_repeats=2, opt=opt),
+                           log=lambda m: None)
+            made[opt, dtype] = out
+        return made[opt, dtype]
+
+    return get
+
+
 @pytest.mark.parametrize("opt, dtype", [("O1", torch.float32), ("O2", torch.float32), ("O2", torch.bfloat16)])
-def test_compiled_eagle3_decoding_is_lossless(pair_dirs, tmp_path, opt, dtype):
+def test_compiled_eagle3_decoding_is_lossless(bundles, opt, dtype):
     """O1 (fused draft and verify phases) against eager autoregressive decoding; O2 (one verifier package that
     also returns the features, eager phases around it and the eager head; its weights live only in the
     package) against the bundle's own autoregressive decoding, which runs the same batch-invariant kernels."""
-    out = tmp_path / "bundle"
-    compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=dtype, max_seq=96, profile_repeats=2, opt=opt),
-                   log=lambda m: None)
-    rt = Runtime.load(out)
+    rt = Runtime.load(bundles(opt, dtype))
     assert rt.manifest.extra["drafter"] == {"kind": "eagle3", "feature_layers": [0, 1, 1]}
     tree = rt.decoder(speculative=True)
     assert isinstance(tree, Eagle3Decoder)
@@ -59,9 +73,9 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, tmp_path, opt, dtype):
         assert tree.stats.n_accept > 0
 
 
-def test_manifest_must_match_the_head(pair_dirs, tmp_path):
+def test_manifest_must_match_the_head(bundles, tmp_path):
     out = tmp_path / "bundle"
-    compile_bundle(CompileJob(*pair_dirs, out, TreeShape(2, 1, 2), max_seq=64, profile_repeats=1), log=lambda m: None)
+    shutil.copytree(bundles("O2", torch.float32), out)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["extra"]["drafter"] = {"kind": "llama"}
     (out / "manifest.json").write_text(json.dumps(manifest))
