@@ -69,6 +69,21 @@ def test_rows_do_not_depend_on_width_or_slot_placement(dtype):
         assert torch.equal(moved[:, 0], wide[:, j])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_strided_queries_and_mask_read_as_their_copies(dtype):
+    """q as the graphs pass it (a transposed [W, H, hd] view) and a mask cut from a wider one: read through
+    their strides, bit for bit what their contiguous copies give."""
+    keys, values = cache_views(3, 64, 40, 64, dtype, seed=4)
+    q = torch.randn(5, 9, 64, generator=torch.Generator().manual_seed(5)).to(dtype).transpose(0, 1)  # [H, W, hd]
+    wide = torch.rand(5, 2, 40, generator=torch.Generator().manual_seed(6)) < 0.6
+    wide[:, :, 0] = True
+    mask = wide[:, 1]  # [W, S], row stride 80
+    assert not q.is_contiguous() and not mask.is_contiguous()
+    out = attention_op.attend_rows(q, keys, values, mask)
+    assert out.is_contiguous() and out.shape == q.shape
+    assert torch.equal(out, attention_op.attend_rows(q.contiguous(), keys, values, mask.contiguous()))
+
+
 def test_a_row_that_sees_nothing_is_zero():
     keys, values = cache_views(1, 8, 8, 16, torch.float32, seed=3)
     mask = torch.zeros(2, 8, dtype=torch.bool)

@@ -2,7 +2,7 @@ import pytest
 import torch
 from trees import _grow, _logps
 
-from yggc.tree.egt import egt_frontier, egt_init, egt_reference, egt_step, egt_tree
+from yggc.tree.egt import egt_frontier, egt_init, egt_reference, egt_root_step, egt_step, egt_tree
 
 CASES = [(1, 1, 5, None), (3, 2, 7, None), (4, 3, 10, None), (5, 4, 12, None), (6, 8, 16, None),
          (4, 3, 10, 12), (3, 2, 7, 7)]
@@ -20,6 +20,16 @@ def test_tensor_egt_matches_python_reference(D, W, vocab, k, seed):
     assert tree.parents.tolist() == parents
     assert tree.depth.tolist() == depth
     torch.testing.assert_close(tree.cum_logp, torch.tensor(cum, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("D,W,vocab,k", CASES)
+def test_root_step_equals_a_step_on_the_repeated_root_row(D, W, vocab, k):
+    root_logp = torch.log_softmax(torch.randn(vocab, generator=torch.Generator().manual_seed(D * W)), -1)
+    root_logp[1] = root_logp[2]  # a tie among the candidates
+    once = egt_root_step(egt_init(3, D, W, vocab, k), root_logp)
+    repeated = egt_step(egt_init(3, D, W, vocab, k), root_logp.expand(W, -1))
+    for field in ("tokens", "parents", "depth", "cum_logp", "anc", "pool_logp", "pool_parent", "pool_token", "newest"):
+        assert torch.equal(getattr(once, field), getattr(repeated, field)), field
 
 
 @pytest.mark.parametrize("D,W,vocab,k", CASES)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..tree.egt import egt_frontier, egt_init, egt_step
+from ..tree.egt import egt_frontier, egt_init, egt_root_step, egt_step
 from ..tree.token_tree import tree_mask
 from .autoregressive import PREFILL_CHUNK
 from .cache_layout import CacheLayout, causal_rows
@@ -55,7 +55,7 @@ class Eagle3DraftPhase(nn.Module):
         feats = root_out.new_zeros(N, root_out.shape[0]).index_copy(0, root_row.new_zeros(1), root_out[None])
         state = egt_init(0, self.depth, self.width, self.vocab, device=tokens.device)
         state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), tokens.index_select(0, root_row.view(1)))
-        state = egt_step(state, torch.log_softmax(root_logits, -1).expand(self.width, -1))
+        state = egt_root_step(state, torch.log_softmax(root_logits, -1))
         for _ in range(self.depth - 1):
             f = egt_frontier(state)
             logits, out = self.head_model(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,

@@ -86,6 +86,14 @@ def egt_step(state: EGTState, logp: torch.Tensor) -> EGTState:
     return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + top_logp, top_tok)
 
 
+def egt_root_step(state: EGTState, root_logp: torch.Tensor) -> EGTState:
+    """Step 1 from the root's log-probs [vocab]: egt_step on the root row repeated W times, with the
+    top-k taken once instead of once per (padding) row."""
+    top_logp, top_tok = root_logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR).topk(state.k)             # [k]
+    cand = (state.cum_logp[state.newest].unsqueeze(1) + top_logp).expand(state.W, -1)                      # [W, k]
+    return egt_grow(state, cand, top_tok.expand(state.W, -1))
+
+
 def egt_grow(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, stable: bool = False) -> EGTState:
     """Add the frontier's candidates cand [W, k] (cumulative log-probs) with tokens [W, k] to the pool and
     make the W best in the pool the new nodes. stable=True breaks ties by pool order (torch.topk may not)."""

@@ -148,6 +148,7 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
   const T* kp = keys.const_data_ptr<T>();
   const T* vp = values.const_data_ptr<T>();
   const bool* mp = mask.const_data_ptr<bool>();
+  const int64_t qh = q.stride(0), qw = q.stride(1), qd = q.stride(2), mw = mask.stride(0), ms = mask.stride(1);
   T* op = out.mutable_data_ptr<T>();
   const int64_t stride = S + kLanes;  // a head's row of scores, padded to whole vectors
   at::parallel_for(0, KV * groups * W, 1, [&](int64_t begin, int64_t end) {
@@ -158,14 +159,14 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
       const int64_t h0 = kv * G + group * kHeads, ng = std::min(kHeads, G - group * kHeads);
       int64_t n = 0;
       for (int64_t s = 0; s < S; ++s)
-        if (mp[w * S + s]) slots[n++] = static_cast<int32_t>(s);
+        if (mp[w * mw + s * ms]) slots[n++] = static_cast<int32_t>(s);
       T* o = op + (h0 * W + w) * hd;  // out [H, W, hd]: head h at o + (h - h0) * W * hd
       if (n == 0) {  // a row that sees nothing (padding) reads as zeros
         for (int64_t h = 0; h < ng; ++h) std::fill(o + h * W * hd, o + h * W * hd + hd, static_cast<T>(0.f));
         continue;
       }
       for (int64_t h = 0; h < ng; ++h)
-        for (int64_t d = 0; d < hd; ++d) qf[h * hd + d] = static_cast<float>(qp[((h0 + h) * W + w) * hd + d]);
+        for (int64_t d = 0; d < hd; ++d) qf[h * hd + d] = static_cast<float>(qp[(h0 + h) * qh + w * qw + d * qd]);
       const Task t{qf.data(), ng, hd, slots.data(), n, keys.stride(1)};
       attend_task<T>(t, kp + kv * keys.stride(0), vp + kv * values.stride(0), p.data(), stride, o, W * hd);
     }
@@ -182,14 +183,13 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
   TORCH_CHECK(q.size(0) % keys.size(0) == 0 && q.size(2) == keys.size(2), "attend_rows: head counts or dims differ");
   TORCH_CHECK(q.scalar_type() == keys.scalar_type() && q.scalar_type() == values.scalar_type(),
               "attend_rows: q, keys and values need one dtype");
-  auto qc = q.contiguous();
-  auto mc = mask.contiguous();
-  auto out = at::empty_like(qc);
+  // q and mask are read through their strides: a copy per call costs more dispatch than the copy is worth
+  auto out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
   if (q.scalar_type() == at::kBFloat16) {
-    attend_all<at::BFloat16>(qc, keys, values, mc, out);
+    attend_all<at::BFloat16>(q, keys, values, mask, out);
   } else {
     TORCH_CHECK(q.scalar_type() == at::kFloat, "attend_rows: float32 or bfloat16");
-    attend_all<float>(qc, keys, values, mc, out);
+    attend_all<float>(q, keys, values, mask, out);
   }
   return out;
 }
