@@ -13,7 +13,7 @@ from scipy.stats import chisquare
 from yggc.tree.egt import egt_frontier, egt_init, egt_tree
 from yggc.tree.prune import prune_topk
 from yggc.tree.recursive_rejection import verify_tree_rrs
-from yggc.tree.sampled_egt import gumbel_keys, sampled_egt_step
+from yggc.tree.sampled_egt import gumbel_keys, sampled_egt_root_step, sampled_egt_step
 from yggc.tree.sampling import SamplingParams, target_probs
 from yggc.tree.verification import verify_tree_sampling
 
@@ -143,6 +143,21 @@ def test_the_test_has_power_against_a_5_percent_bias():
     rare = int(np.argmin(np.where(law > 0, law, np.inf)))
     biased = np.where(rng.random(codes.size) < 0.05, rare, codes)  # 5% of the outputs misplaced
     assert pvalue(biased, law) < 1e-6
+
+
+@pytest.mark.parametrize("D,W,k", [(2, 3, None), (3, 2, 4), (1, 1, None)])
+def test_root_step_grows_what_a_step_on_the_repeated_root_grows(D, W, k):
+    """Padding rows draw nothing: the root's one row of keys grows the same tree as W rows of keys whose
+    rows 1.. (the padding) are anything at all."""
+    g = torch.Generator().manual_seed(D * 10 + W)
+    q = torch.softmax(torch.randn(VOCAB, generator=g, dtype=torch.float64), -1)
+    keys = gumbel_keys(q.log()[None].expand(W, -1), g)  # row 0: the root's keys; the rest: padding
+    once = sampled_egt_root_step(egt_init(3, D, W, VOCAB, k, dtype=torch.float64), q, keys[0])
+    repeated = sampled_egt_step(egt_init(3, D, W, VOCAB, k, dtype=torch.float64), q.expand(W, -1), keys)
+    for field in ("tokens", "parents", "depth", "cum_logp", "anc", "pool_logp", "pool_parent"):
+        assert torch.equal(getattr(once, field), getattr(repeated, field)), field
+    live = once.pool_logp > float("-inf")  # the padding rows' slots are dead whatever tokens they hold
+    assert torch.equal(once.pool_token[live], repeated.pool_token[live])
 
 
 def test_seeded_runs_repeat():

@@ -79,19 +79,27 @@ def egt_frontier(state: EGTState) -> Frontier:
     return Frontier(ids, state.tokens[ids], state.depth[ids], state.anc[ids], state.valid)
 
 
+def offered_children(state: EGTState, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """logp [..., vocab] -> each row's top-k (log-prob, token) [..., k]: the children a node offers."""
+    return logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR).topk(state.k, dim=-1)
+
+
 def egt_step(state: EGTState, logp: torch.Tensor) -> EGTState:
     """One draft step: logp [W, vocab] = drafter log-probs for the frontier rows; returns the grown state."""
-    # offer each frontier node's top-k children, padding rows offer nothing
-    top_logp, top_tok = logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR).topk(state.k, dim=-1)   # [W, k]
-    return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + top_logp, top_tok)
+    top_logp, top_tok = offered_children(state, logp)                                        # [W, k]
+    return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + top_logp, top_tok)  # padding rows offer nothing
+
+
+def grow_from_root(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, stable: bool = False) -> EGTState:
+    """Step 1, whose frontier is the root repeated W times (rows 1.. are padding): the root's candidates
+    cand, cand_tokens [k], computed once, stand for every row."""
+    cand = (state.cum_logp[state.newest].unsqueeze(1) + cand).expand(state.W, -1)           # [W, k]
+    return egt_grow(state, cand, cand_tokens.expand(state.W, -1), stable)
 
 
 def egt_root_step(state: EGTState, root_logp: torch.Tensor) -> EGTState:
-    """Step 1 from the root's log-probs [vocab]: egt_step on the root row repeated W times, with the
-    top-k taken once instead of once per (padding) row."""
-    top_logp, top_tok = root_logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR).topk(state.k)             # [k]
-    cand = (state.cum_logp[state.newest].unsqueeze(1) + top_logp).expand(state.W, -1)                      # [W, k]
-    return egt_grow(state, cand, top_tok.expand(state.W, -1))
+    """egt_step on the root's log-probs [vocab] repeated W times, with the top-k taken once, not per row."""
+    return grow_from_root(state, *offered_children(state, root_logp))
 
 
 def egt_grow(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, stable: bool = False) -> EGTState:

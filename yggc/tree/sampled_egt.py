@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .egt import LOGP_FLOOR, EGTState, egt_grow
+from .egt import LOGP_FLOOR, EGTState, egt_grow, grow_from_root
 
 
 def gumbel_keys(logq: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -31,9 +31,22 @@ def gumbel_keys(logq: torch.Tensor, generator: torch.Generator | None) -> torch.
     return logq.float() - e.log()  # log q - log E(1) is log q + Gumbel(0, 1) noise
 
 
+def drawn_children(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q, keys [..., vocab] -> each row's k draws in draw order and their rank values (log of the i-th
+    largest probability), [..., k] each."""
+    drawn = keys.topk(state.k, dim=-1).indices
+    rank_logp = q.topk(state.k, dim=-1).values.to(state.pool_logp.dtype).log().clamp(min=LOGP_FLOOR)
+    return rank_logp, drawn
+
+
 def sampled_egt_step(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> EGTState:
     """One draft step at T > 0: q [W, vocab] = drafter probabilities (temperature, top-k, top-p applied)
     for the frontier rows, keys [W, vocab] from `gumbel_keys(log q)`; returns the grown state."""
-    drawn = keys.topk(state.k, dim=-1).indices                                                # [W, k] draw order
-    rank_logp = q.topk(state.k, dim=-1).values.to(state.pool_logp.dtype).log().clamp(min=LOGP_FLOOR)  # [W, k]
+    rank_logp, drawn = drawn_children(state, q, keys)                                         # [W, k]
     return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + rank_logp, drawn, stable=True)
+
+
+def sampled_egt_root_step(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> EGTState:
+    """Step 1 at T > 0 from the root's q and keys [vocab]: the padding rows of a repeated root draw nothing,
+    so only the root's row of Gumbel keys is drawn."""
+    return grow_from_root(state, *drawn_children(state, q, keys), stable=True)

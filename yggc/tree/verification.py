@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 
 from .block_verification import ChainAccept, verify_chain_block, verify_chain_tokenwise
-from .sampling import sample_index
+from .sampling import row_argmax, sample_index
 
 __all__ = ["ChainAccept", "TreeAccept", "verify_chain_block", "verify_chain_tokenwise", "verify_greedy",
            "verify_tree_sampling"]
@@ -41,7 +41,7 @@ def children_lists(parents: torch.Tensor, scores: torch.Tensor | None) -> list[l
 
 def verify_greedy(tokens: torch.Tensor, parents: torch.Tensor, target_logits: torch.Tensor) -> TreeAccept:
     """tokens [n], parents [n], target_logits [n, vocab]: follow the verifier argmax from the root."""
-    best = target_logits.argmax(dim=-1).tolist()  # [n] verifier's greedy next token per node
+    best = row_argmax(target_logits).tolist()  # [n] verifier's greedy next token per node
     tok = tokens.tolist()
     kids = children_lists(parents, None)
     path, cur = [], 0
