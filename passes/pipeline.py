@@ -288,7 +288,7 @@ def decode_checked(plan: dict, profile: dict, decoder: SpeculativeDecoder, loade
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     head = drafter_kind(job.drafter_dir) == "eagle3"
-    widths = bucket_widths(job.shape, probe=job.calib is not None, head=head)
+    widths = bucket_widths(job.shape, probe=job.calib is not None and job.calib.probe, head=head)
     n_buckets, o1 = sum(len(w) for w in widths.values()), job.opt == "O1"
     n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
     # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new

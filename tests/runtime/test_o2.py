@@ -5,6 +5,7 @@ import pytest
 import torch
 from checkpoints import write_checkpoint
 from trees import CyclingPolicy
+from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
 from yggc.errors import YggcError
@@ -26,11 +27,15 @@ def pair_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def o2_bundle(pair_dirs, tmp_path_factory):
-    """bf16: where rounding differences are large enough to flip greedy tokens if rows were not invariant."""
-    out = tmp_path_factory.mktemp("o2") / "bundle"
-    compile_bundle(CompileJob(*pair_dirs, out, SHAPES[0], dtype=torch.bfloat16, max_seq=128, profile_repeats=2,
-                              opt="O2"), log=lambda m: None)
-    return out
+    """bf16 (where rounding differences are large enough to flip greedy tokens if rows were not invariant),
+    calibrated at width 2 for depths 1..4, so the depth predictor is trained too."""
+    root = tmp_path_factory.mktemp("o2")
+    (root / "calib.txt").write_text(" ".join(str(i % 97) for i in range(3000)))
+    calib = CalibrationSpec((root / "calib.txt",), n_prompts=4, prompt_tokens=16, new_tokens=40, max_depth=4,
+                            widths=(2,))
+    compile_bundle(CompileJob(*pair_dirs, root / "bundle", None, dtype=torch.bfloat16, max_seq=128,
+                              profile_repeats=2, opt="O2", calib=calib), log=lambda m: None)
+    return root / "bundle"
 
 
 def rows_at_widths(model, tokens: torch.Tensor, n: int, widths, view: int) -> dict[int, torch.Tensor]:
@@ -53,14 +58,21 @@ def assert_rows_invariant(model, widths: tuple[int, ...], views: tuple[int, int]
 
 
 @torch.inference_mode()
-def test_float32_package_freezes_weights_shares_the_cache_and_keeps_rows_invariant(pair_dirs, tmp_path):
+def test_float32_package_holds_each_weight_once_shares_the_cache_and_keeps_rows_invariant(tmp_path):
+    """The packed GEMM copies replace the checkpoint's weights (KV caches are inputs, not constants), the
+    frozen weights compute what the model computes, and each row is bit-identical whatever the width."""
     from yggc.graphs import load_model
     from yggc.passes.lower import lower_model
 
     from yggc.runtime.buckets import load_forward_bucket
 
-    graph, ref = load_model(pair_dirs[0], 65), load_model(pair_dirs[0], 65)
-    runner = load_forward_bucket(lower_model(graph, 16, 64, tmp_path / "v.pt2"), graph, "O2")
+    src = write_checkpoint(tmp_path / "wide", "llama_wide_vocab")
+    graph, ref = load_model(src, 65), load_model(src, 65)  # float32: packed in its own dtype on every ISA
+    weights = sum(p.numel() * p.element_size() for p in graph.parameters())
+    package = lower_model(graph, 16, 64, tmp_path / "wide.pt2")
+    code = 4e6  # the kernels and the wrapper, a few MB whatever the weights
+    assert weights < package.stat().st_size < weights + code, (package.stat().st_size, weights)
+    runner = load_forward_bucket(package, graph, "O2")
     for i, tok in enumerate([3, 1, 4, 1, 5, 9]):
         s = torch.tensor([i])
         args = (torch.tensor([tok]), s.clone(), s.clone(), causal_rows(s, 64))
@@ -104,22 +116,9 @@ def test_bundle_keeps_weights_in_the_packages_only(o2_bundle, pair_dirs):
     from yggc.bundle import model_hashes
 
     rt = Runtime.load(o2_bundle)
-    assert not list(o2_bundle.rglob("*.safetensors"))  # each model's package carries its weights
+    checkpoints = [p for p in o2_bundle.rglob("*.safetensors") if p.name != "predictor.safetensors"]
+    assert not checkpoints  # each model's package carries its weights
     assert rt.manifest.models == {"verifier": model_hashes(pair_dirs[0]), "drafter": model_hashes(pair_dirs[1])}
-
-
-@torch.inference_mode()
-def test_package_holds_each_weight_once(tmp_path):
-    """The packed GEMM copies replace the checkpoint's weights (KV caches are inputs, not constants)."""
-    from yggc.graphs import load_model
-    from yggc.passes.lower import lower_model
-
-    src = write_checkpoint(tmp_path / "wide", "llama_wide_vocab")
-    graph = load_model(src, 65)  # float32: packed in its own dtype on every ISA
-    weights = sum(p.numel() * p.element_size() for p in graph.parameters())
-    package = lower_model(graph, 4, 64, tmp_path / "wide.pt2").stat().st_size
-    code = 4e6  # the kernels and the wrapper, a few MB whatever the weights
-    assert weights < package < weights + code, (package, weights)
 
 
 def test_one_package_per_model_weights_once_eager_phases(o2_bundle):
@@ -150,28 +149,20 @@ def test_per_iteration_shapes_through_the_packages_equal_compiled_ar(o2_bundle):
     prompt = torch.randint(1, 301, (12,), generator=torch.Generator().manual_seed(5)).tolist()
     ref = rt.generate(prompt, 40, decoder=rt.decoder(speculative=False)).tokens
     rt.policy = CyclingPolicy(SHAPES)
-    dec = rt.decoder()
+    dec = rt.decoder(speculative=True)  # whatever the calibrated plan's verdict
     assert dec.policy is rt.policy and rt.generate(prompt, 40, decoder=dec).tokens == ref
-    assert len(dec.phases) == len(SHAPES)
-    assert rt.decoder(adaptive=False).policy is None and rt.decoder(shape=SHAPES[1]).policy is None
+    assert set(dec.phases) == {*SHAPES, rt.shape}  # the plan's shape is built with the decoder
+    assert rt.decoder(speculative=True, adaptive=False).policy is None and rt.decoder(shape=SHAPES[1]).policy is None
 
 
-def test_calibrated_o2_bundle_trains_and_loads_its_depth_predictor(pair_dirs, tmp_path):
+def test_calibrated_o2_bundle_trains_and_loads_its_depth_predictor(o2_bundle):
     import json
 
-    from yggc.passes.calibrate import CalibrationSpec
-
-    (tmp_path / "calib.txt").write_text(" ".join(str(i % 97) for i in range(3000)))
-    calib = CalibrationSpec((tmp_path / "calib.txt",), n_prompts=4, prompt_tokens=16, new_tokens=40, max_depth=4,
-                            widths=(2,))
-    out = tmp_path / "bundle"
-    compile_bundle(CompileJob(*pair_dirs, out, None, max_seq=128, profile_repeats=2, opt="O2", calib=calib),
-                   log=lambda m: None)
-    adaptive = json.loads((out / "plan.json").read_text())["adaptive"]
+    adaptive = json.loads((o2_bundle / "plan.json").read_text())["adaptive"]
     assert adaptive["width"] == 2 and [s[0] for s in adaptive["shapes"]] == [1, 2, 3, 4]
     assert adaptive["n_trees"] > 0 and set(adaptive["held_out_tokens_per_ms"]) == {"adaptive", "best_constant"}
-    assert adaptive["used"] == (out / "predictor.safetensors").exists()
-    rt = Runtime.load(out)
+    assert adaptive["used"] == (o2_bundle / "predictor.safetensors").exists()
+    rt = Runtime.load(o2_bundle)
     assert (rt.policy is not None) == adaptive["used"]
     if rt.policy is not None:
         assert [[s.depth, s.width, s.verify] for s in rt.policy.shapes] == adaptive["shapes"]
