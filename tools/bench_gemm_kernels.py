@@ -41,10 +41,16 @@ class LinearStack(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [M, hidden] -> logits [M, vocab]
         for qkv, o, gate_up, down in zip(self.qkv, self.o, self.gate_up, self.down):
-            x = x + (x @ qkv)[:, :self.hidden] @ o
-            gu = x @ gate_up
+            x = x + (rms(x) @ qkv)[:, :self.hidden] @ o
+            gu = rms(x) @ gate_up
             x = x + (torch.nn.functional.silu(gu[:, :self.ffn]) * gu[:, self.ffn:]) @ down
-        return x @ self.head
+        return rms(x) @ self.head
+
+
+def rms(x: torch.Tensor) -> torch.Tensor:
+    """The blocks' RMS norm (without a scale): it keeps a deep stack finite, as in the model, so the bit
+    comparisons below compare numbers (without it 30 random blocks overflow to NaN, and NaN != NaN)."""
+    return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
 
 
 def compile_package(module: torch.nn.Module, config: dict, path: Path):
