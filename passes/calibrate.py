@@ -41,7 +41,7 @@ class CalibrationSpec:
     pin_depth: int | None = None   # --depth given with --calib: only this depth competes
     pin_verify: int | None = None  # --verify given with --calib: only this verify width competes
     temperature: float = 0.0  # --temp: also price the shapes for sampling at this temperature
-    probe: bool = True  # O1: also lower the probe widths first, so the cost curves have points between 2 and 32
+    probe: bool = True  # also profile the probe widths first (O1: a package each), for cost-curve points in 2..32
 
 
 def read_calibration_text(files: tuple[Path, ...]) -> list[tuple[Path, str]]:
