@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..plan.shape import HEAD_WIDTH
-from ..tree.egt import egt_frontier, egt_init, egt_root_step, egt_step
+from ..tree.egt import egt_from_root, egt_frontier, egt_step
 from ..tree.token_tree import tree_mask
 
 
@@ -55,9 +55,7 @@ class DraftPhase(nn.Module):
         root_row, n = meta[0], meta[1]
         self.drafter.move_kv(moves[0], moves[1])
         root_logits = self.head(pending_tokens, root_row, n, view_slots)
-        state = egt_init(0, self.depth, W, self.vocab, device=pending_tokens.device)
-        state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), pending_tokens.index_select(0, root_row.view(1)))
-        state = egt_root_step(state, torch.log_softmax(root_logits, -1))
+        state = egt_from_root(pending_tokens.index_select(0, root_row.view(1)), root_logits, self.depth, W, self.vocab)
         tree_drafter = self.drafter if self.tree_drafter is None else self.tree_drafter
         for _ in range(self.depth - 1):
             f = egt_frontier(state)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..tree.egt import egt_frontier, egt_init, egt_root_step, egt_step
+from ..tree.egt import egt_from_root, egt_frontier, egt_step
 from ..tree.token_tree import tree_mask
 from .autoregressive import PREFILL_CHUNK
 from .cache_layout import CacheLayout, causal_rows
@@ -53,9 +53,7 @@ class Eagle3DraftPhase(nn.Module):
         root_logits, root_out = self.head(tokens, features, root_row, n, view_slots)
         N = 1 + self.depth * self.width
         feats = root_out.new_zeros(N, root_out.shape[0]).index_copy(0, root_row.new_zeros(1), root_out[None])
-        state = egt_init(0, self.depth, self.width, self.vocab, device=tokens.device)
-        state.tokens = state.tokens.index_copy(0, root_row.new_zeros(1), tokens.index_select(0, root_row.view(1)))
-        state = egt_root_step(state, torch.log_softmax(root_logits, -1))
+        state = egt_from_root(tokens.index_select(0, root_row.view(1)), root_logits, self.depth, self.width, self.vocab)
         for _ in range(self.depth - 1):
             f = egt_frontier(state)
             logits, out = self.head_model(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,

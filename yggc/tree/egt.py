@@ -92,14 +92,21 @@ def egt_step(state: EGTState, logp: torch.Tensor) -> EGTState:
 
 def grow_from_root(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, stable: bool = False) -> EGTState:
     """Step 1, whose frontier is the root repeated W times (rows 1.. are padding): the root's candidates
-    cand, cand_tokens [k], computed once, stand for every row."""
-    cand = (state.cum_logp[state.newest].unsqueeze(1) + cand).expand(state.W, -1)           # [W, k]
-    return egt_grow(state, cand, cand_tokens.expand(state.W, -1), stable)
+    cand, cand_tokens [k], computed once, stand for every row (the root's cumulative log-prob is 0)."""
+    return egt_grow(state, cand.expand(state.W, -1), cand_tokens.expand(state.W, -1), stable)
 
 
 def egt_root_step(state: EGTState, root_logp: torch.Tensor) -> EGTState:
     """egt_step on the root's log-probs [vocab] repeated W times, with the top-k taken once, not per row."""
     return grow_from_root(state, *offered_children(state, root_logp))
+
+
+def egt_from_root(root_token: torch.Tensor, root_logits: torch.Tensor, D: int, W: int, vocab: int) -> EGTState:
+    """A fresh EGT grown one step from a root given as tensors, as the compiled draft phases hold it:
+    root_token [1] long, root_logits [vocab] (the drafter's, at the root)."""
+    state = egt_init(0, D, W, vocab, device=root_token.device)
+    state.tokens = state.tokens.index_copy(0, root_token.new_zeros(1), root_token)
+    return egt_root_step(state, torch.log_softmax(root_logits, -1))
 
 
 def egt_grow(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, stable: bool = False) -> EGTState:

@@ -184,7 +184,7 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
   TORCH_CHECK(q.scalar_type() == keys.scalar_type() && q.scalar_type() == values.scalar_type(),
               "attend_rows: q, keys and values need one dtype");
   // q and mask are read through their strides: a copy per call costs more dispatch than the copy is worth
-  auto out = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  auto out = at::empty(q.sizes(), q.options());  // contiguous [H, W, hd]
   if (q.scalar_type() == at::kBFloat16) {
     attend_all<at::BFloat16>(q, keys, values, mask, out);
   } else {
