@@ -29,6 +29,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(params=["numpy", "torch"])
+def tree_code(request, monkeypatch) -> str:
+    """Eager CPU tree work in NumPy (yggc/tree/host.py, the default) or in the torch code that the compiled
+    phases are made of."""
+    if request.param == "torch":
+        from yggc.tree import host
+
+        monkeypatch.setattr(host, "eager_cpu", lambda t: False)
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def ckpt_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ckpts")

@@ -4,6 +4,8 @@ from trees import _grow, _logps
 
 from yggc.tree.egt import egt_frontier, egt_init, egt_reference, egt_root_step, egt_step, egt_tree
 
+pytestmark = pytest.mark.usefixtures("tree_code")  # every test on the NumPy and on the torch tree code
+
 CASES = [(1, 1, 5, None), (3, 2, 7, None), (4, 3, 10, None), (5, 4, 12, None), (6, 8, 16, None),
          (4, 3, 10, 12), (3, 2, 7, 7)]
 
@@ -22,13 +24,31 @@ def test_tensor_egt_matches_python_reference(D, W, vocab, k, seed):
     torch.testing.assert_close(tree.cum_logp, torch.tensor(cum, dtype=torch.float64))
 
 
+def _root_logp(vocab: int, seed: int) -> torch.Tensor:
+    return torch.log_softmax(torch.randn(vocab, generator=torch.Generator().manual_seed(seed)), -1)
+
+
 @pytest.mark.parametrize("D,W,vocab,k", CASES)
 def test_root_step_equals_a_step_on_the_repeated_root_row(D, W, vocab, k):
-    root_logp = torch.log_softmax(torch.randn(vocab, generator=torch.Generator().manual_seed(D * W)), -1)
-    root_logp[1] = root_logp[2]  # a tie among the candidates
+    root_logp = _root_logp(vocab, D * W)
     once = egt_root_step(egt_init(3, D, W, vocab, k), root_logp)
     repeated = egt_step(egt_init(3, D, W, vocab, k), root_logp.expand(W, -1))
-    for field in ("tokens", "parents", "depth", "cum_logp", "anc", "pool_logp", "pool_parent", "pool_token", "newest"):
+    for field in ("tokens", "parents", "depth", "cum_logp", "anc", "pool_logp", "pool_parent", "pool_token", "newest",
+                  "valid", "step"):
+        assert torch.equal(getattr(once, field), getattr(repeated, field)), field
+
+
+@pytest.mark.parametrize("D,W,vocab,k", CASES)
+def test_root_step_with_tied_candidates_grows_the_same_nodes(D, W, vocab, k):
+    """torch.topk orders tied values as it likes, so a tie may swap two nodes' ids; the nodes are the same."""
+    root_logp = _root_logp(vocab, D * W)
+    root_logp[1] = root_logp[2]
+    once = egt_root_step(egt_init(3, D, W, vocab, k), root_logp)
+    repeated = egt_step(egt_init(3, D, W, vocab, k), root_logp.expand(W, -1))
+    nodes = lambda s: sorted(zip(s.cum_logp[1: W + 1].tolist(), s.tokens[1: W + 1].tolist()))  # noqa: E731
+    assert nodes(once) == nodes(repeated)
+    assert once.cum_logp[1: W + 1].tolist() == sorted(once.cum_logp[1: W + 1].tolist(), reverse=True)
+    for field in ("parents", "depth", "anc", "pool_logp", "newest"):
         assert torch.equal(getattr(once, field), getattr(repeated, field)), field
 
 

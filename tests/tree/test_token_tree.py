@@ -82,3 +82,17 @@ def test_subtree_reindexes_parents():
     assert sub.depth.tolist() == [0, 1, 1, 2]
     with pytest.raises(ValueError):
         t.subtree(torch.tensor([0, 4]))  # 4's parent 3 is missing
+
+
+@pytest.mark.parametrize("n,view", [(0, 8), (5, 16), (9, 12), (12, 12), (3, 40)])
+def test_tree_mask_numpy_equals_torch(monkeypatch, n, view):
+    """Eager CPU masks come from host.tree_mask's slices; the torch formula (compiled phases) gives the same,
+    also where the view cuts the tree off."""
+    from yggc.tree import host
+    from yggc.tree.token_tree import tree_mask
+
+    anc = torch.rand(6, 9, generator=torch.Generator().manual_seed(n + view)) < 0.4
+    got = tree_mask(torch.tensor(n), anc, view)
+    monkeypatch.setattr(host, "eager_cpu", lambda t: False)
+    want = tree_mask(torch.tensor(n), anc, view)
+    assert got.dtype == want.dtype == torch.bool and torch.equal(got, want)

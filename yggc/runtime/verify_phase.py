@@ -7,9 +7,11 @@ the move of the accepted path's K/V to the slots after the root.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
+from ..tree import host, verify_host
 from ..tree.sampling import row_argmax
 from ..tree.token_tree import tree_mask
 
@@ -57,7 +59,10 @@ class GreedyVerifyPhase(nn.Module):
         info [3] = (accepted count k, last accepted tree id, deepest verified depth),
         the next root's logits [vocab] (the bonus token's row; the depth predictor reads them),
         drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end),
-        then score()'s per-row tensors at the path rows (root first)."""
+        then score()'s per-row tensors at the path rows (root first). Eager on the CPU the tree work runs in
+        NumPy (forward_host), with the same results."""
+        if host.eager_cpu(tokens):
+            return self.forward_host(tokens, parents, depth, cum_logp, anc, int(n), view_slots.shape[0])
         V, D = self.verify, self.depth
         kept, sub_par, sub_depth, sub_anc = prune_top(tokens, parents, depth, cum_logp, anc, V)
         rows = torch.arange(V + 1, device=tokens.device)
@@ -76,3 +81,29 @@ class GreedyVerifyPhase(nn.Module):
         info = torch.stack([k, path_ids[k], sub_depth.max()])
         root = logits.index_select(0, deepest.view(1))[0]
         return emit, info, root, torch.stack([n + path_ids[1:], dst]), *(t[path] for t in per_row)
+
+    def forward_host(self, tokens, parents, depth, cum_logp, anc, n: int, view: int):
+        """forward() with its tree work in tree/verify_host.py's NumPy functions (n and the view as ints). Its
+        K/V moves past the accepted rows are no-ops (dst onto dst), where forward moves rejected rows' K/V past
+        the new end: no later call reads those slots before it writes them."""
+        V, D = self.verify, self.depth
+        tok = tokens.numpy()
+        kept, sub_par, sub_depth, sub_anc = verify_host.prune_top(parents.numpy(), depth.numpy(), cum_logp.numpy(),
+                                                                  anc.numpy(), V)
+        sub_tok, rows = tok[kept], np.arange(V + 1)
+        inputs = (sub_tok, n + sub_depth, n + rows, host.tree_mask(n, sub_anc, view))
+        logits, per_row = self.score(*map(torch.from_numpy, inputs))  # [V+1, vocab]
+        best = row_argmax(logits).numpy()  # [V+1]
+        deepest = verify_host.deepest_accepted(sub_tok, sub_par, sub_depth, best)
+        path = verify_host.path_rows(sub_anc[deepest], sub_depth, min(D, V) + 1, D)
+        k, path_ids = int(sub_depth[deepest]), kept[path]
+        # the moves past the accepted k rows become no-ops (forward moves them past the new end)
+        dst = n + 1 + np.arange(path.shape[0] - 1)
+        accepted = np.arange(dst.shape[0]) < k
+        self.verifier.move_kv(torch.from_numpy(np.where(accepted, n + path[1:], dst)), torch.from_numpy(dst))
+        emit = np.where(rows[: path.shape[0]] == k, best[deepest], tok[np.roll(path_ids, -1)])
+        info = np.array([k, path_ids[k], sub_depth.max()])
+        path_t = torch.from_numpy(path)
+        return (torch.from_numpy(emit), torch.from_numpy(info), logits[deepest],
+                torch.from_numpy(np.stack([np.where(accepted, n + path_ids[1:], dst), dst])),
+                *(t[path_t] for t in per_row))

@@ -18,10 +18,12 @@ node are always a best-first prefix of its ranking).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
 
+from . import egt_host, host
 from .token_tree import TokenTree
 
 LOGP_FLOOR = -1e4  # drafter log-probs are clamped here so a real candidate (even p=0) beats an empty pool slot (-inf)
@@ -45,6 +47,10 @@ class EGTState:
     k: int
 
 
+STATE_TENSORS = ("tokens", "parents", "depth", "cum_logp", "anc", "pool_logp", "pool_parent", "pool_token", "newest",
+                 "valid", "step")
+
+
 @dataclass
 class Frontier:
     ids: torch.Tensor     # [W] long tree ids of the newest nodes (padding rows point at the root)
@@ -54,12 +60,27 @@ class Frontier:
     valid: torch.Tensor   # [W] bool, False for padding rows
 
 
-def egt_init(root_token: int, D: int, W: int, vocab: int, k: int | None = None,
-             dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> EGTState:
-    """A fresh EGT holding only the root; `k` children offered per expanded node (default W)."""
+def host_arrays(state: EGTState) -> egt_host.Arrays:
+    """The state's tensors as NumPy arrays (shared memory), for egt_host."""
+    return {name: getattr(state, name).numpy() for name in STATE_TENSORS}
+
+
+def from_host(state: EGTState, arrays: egt_host.Arrays) -> EGTState:
+    return replace(state, **{name: torch.from_numpy(np.asarray(a)) for name, a in arrays.items()})
+
+
+def offer_width(W: int, k: int | None, vocab: int) -> int:
+    """Children offered per expanded node: k (default W), at most the vocabulary, at least W."""
     k = min(W if k is None else k, vocab)
     if not 1 <= W <= k:
         raise ValueError(f"need 1 <= W <= min(k, vocab), got W={W}, k={k}, vocab={vocab}")
+    return k
+
+
+def egt_init(root_token: int, D: int, W: int, vocab: int, k: int | None = None,
+             dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> EGTState:
+    """A fresh EGT holding only the root; `k` children offered per expanded node (default W)."""
+    k = offer_width(W, k, vocab)
     n, p = 1 + D * W, D * W * k
     tree = TokenTree.from_root(root_token, n, dtype, device)
     anc = torch.eye(n, dtype=torch.bool, device=device)
@@ -75,18 +96,26 @@ def egt_init(root_token: int, D: int, W: int, vocab: int, k: int | None = None,
 
 def egt_frontier(state: EGTState) -> Frontier:
     """What the next drafter call needs: the W newest nodes' ids, tokens, depths and mask rows."""
+    if host.eager_cpu(state.newest):
+        return Frontier(*map(torch.from_numpy, egt_host.frontier(host_arrays(state))), state.valid)
     ids = state.newest
     return Frontier(ids, state.tokens[ids], state.depth[ids], state.anc[ids], state.valid)
 
 
 def offered_children(state: EGTState, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """logp [..., vocab] -> each row's top-k (log-prob, token) [..., k]: the children a node offers."""
-    return logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR).topk(state.k, dim=-1)
+    """logp [..., vocab] -> each row's top-k (log-prob, token) [..., k]: the children a node offers.
+    The floor is applied after the top-k (the same values; clamping every log-prob first cost ~15 us per row)."""
+    top_logp, top_tok = logp.topk(state.k, dim=-1)
+    return top_logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR), top_tok
 
 
 def egt_step(state: EGTState, logp: torch.Tensor) -> EGTState:
     """One draft step: logp [W, vocab] = drafter log-probs for the frontier rows; returns the grown state."""
     top_logp, top_tok = offered_children(state, logp)                                        # [W, k]
+    if host.eager_cpu(logp):
+        a = host_arrays(state)
+        cand = a["cum_logp"][a["newest"]][:, None] + top_logp.numpy()
+        return from_host(state, egt_host.grow(a, cand, top_tok.numpy(), state.W, state.k))
     return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + top_logp, top_tok)  # padding rows offer nothing
 
 
@@ -97,15 +126,37 @@ def grow_from_root(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tenso
 
 
 def egt_root_step(state: EGTState, root_logp: torch.Tensor) -> EGTState:
-    """egt_step on the root's log-probs [vocab] repeated W times, with the top-k taken once, not per row."""
-    return grow_from_root(state, *offered_children(state, root_logp))
+    """egt_step on a fresh state's root log-probs [vocab] (the root repeated W times), built directly: the
+    pool is empty, so the root's W best children become nodes 1..W in rank order and its other offered
+    children (k > W) take the pool slots W..k-1, where egt_step would leave them (the padding rows' slots hold
+    the same tokens at -inf, as there). ~25 tensor ops, not ~60."""
+    W, k = state.W, state.k
+    top_logp, top_tok = offered_children(state, root_logp)  # [k] best first
+    if host.eager_cpu(root_logp):
+        return from_host(state, egt_host.root_step(host_arrays(state), top_logp.numpy(), top_tok.numpy(), W, k))
+    new = slice(1, W + 1)
+    tokens, parents, depth = state.tokens.clone(), state.parents.clone(), state.depth.clone()
+    cum_logp, anc = state.cum_logp.clone(), state.anc.clone()
+    tokens[new], parents[new], depth[new], cum_logp[new] = top_tok[:W], 0, 1, top_logp[:W]
+    anc[new, 0] = True
+    pool_logp, pool_token = state.pool_logp.clone(), state.pool_token.clone()
+    pool_logp[W:k], pool_token[: W * k] = top_logp[W:], top_tok.repeat(W)
+    return EGTState(tokens=tokens, parents=parents, depth=depth, cum_logp=cum_logp, anc=anc, pool_logp=pool_logp,
+                    pool_parent=state.pool_parent, pool_token=pool_token,
+                    newest=torch.arange(1, W + 1, device=tokens.device), valid=torch.ones_like(state.valid),
+                    step=state.step + 1, D=state.D, W=W, k=k)
 
 
 def egt_from_root(root_token: torch.Tensor, root_logits: torch.Tensor, D: int, W: int, vocab: int) -> EGTState:
     """A fresh EGT grown one step from a root given as tensors, as the compiled draft phases hold it:
     root_token [1] long, root_logits [vocab] (the drafter's, at the root)."""
-    state = egt_init(0, D, W, vocab, device=root_token.device)
-    state.tokens = state.tokens.index_copy(0, root_token.new_zeros(1), root_token)
+    if host.eager_cpu(root_token):
+        k = offer_width(W, None, vocab)
+        state = EGTState(**{n: torch.from_numpy(a) for n, a in egt_host.init(int(root_token), D, W, k).items()},
+                         D=D, W=W, k=k)
+    else:
+        state = egt_init(0, D, W, vocab, device=root_token.device)
+        state.tokens = state.tokens.index_copy(0, root_token.new_zeros(1), root_token)
     return egt_root_step(state, torch.log_softmax(root_logits, -1))
 
 
@@ -113,6 +164,8 @@ def egt_grow(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, sta
     """Add the frontier's candidates cand [W, k] (cumulative log-probs) with tokens [W, k] to the pool and
     make the W best in the pool the new nodes. stable=True breaks ties by pool order (torch.topk may not)."""
     W, k = state.W, state.k
+    if host.eager_cpu(cand):  # always stable
+        return from_host(state, egt_host.grow(host_arrays(state), cand.numpy(), cand_tokens.numpy(), W, k))
     dev = cand.device
     cand = torch.where(state.valid.unsqueeze(1), cand, torch.full_like(cand, float("-inf")))
     slots = state.step * (W * k) + torch.arange(W * k, device=dev)                            # [W*k]

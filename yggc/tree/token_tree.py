@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import host
+
 
 @dataclass
 class TokenTree:
@@ -89,7 +91,10 @@ def tree_mask(n: int | torch.Tensor, anc: torch.Tensor, view: int) -> torch.Tens
     """Rows see the prefix (slots < n) and their tree ancestors (tree node j at slot n + j).
 
     anc [R, N] ancestor-or-self rows -> mask [R, view]; n may be a tensor (no data-dependent shapes).
+    Eager on the CPU: host.tree_mask's NumPy slices.
     """
+    if host.eager_cpu(anc):
+        return torch.from_numpy(host.tree_mask(int(n), anc.numpy(), view))
     col = torch.arange(view, device=anc.device)
     rel = col - n  # [view] tree node index each slot would hold
     in_tree = (rel >= 0) & (rel < anc.shape[1])

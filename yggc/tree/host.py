@@ -1,0 +1,28 @@
+"""Where tree code may run in NumPy instead of torch: eager decoding on the CPU.
+
+The tree work around the model calls (EGT growth, pruning, masks, the greedy walk) is written as fixed-shape
+torch code so that at O1 it compiles into the phases' single calls. Run eagerly, that code is many small torch
+ops per iteration, and each pays torch's dispatch with cold caches, since the model call before it has just
+streamed the weights through them. Measured on SmolLM2 (AMD EPYC Zen 3, 2 threads), a D2 W4 V4 iteration's
+verify-side tree work took 1.45 ms right after a model call (0.72 ms warm); NumPy does the same in ~0.1 ms.
+egt_host.py and verify_host.py hold the NumPy twins; tests check them bit for bit against the torch code.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def eager_cpu(t: torch.Tensor) -> bool:
+    """True for a CPU tensor outside tracing, export and compilation: where NumPy may stand in for torch."""
+    return t.device.type == "cpu" and not (torch.compiler.is_compiling() or torch.compiler.is_exporting())
+
+
+def tree_mask(n: int, anc: np.ndarray, view: int) -> np.ndarray:
+    """token_tree.tree_mask: rows see slots < n and their ancestors (tree node j at slot n + j).
+    anc [R, N] -> [R, view] bool."""
+    mask = np.zeros((anc.shape[0], view), dtype=bool)
+    mask[:, :n] = True
+    width = max(0, min(anc.shape[1], view - n))
+    mask[:, n:n + width] = anc[:, :width]
+    return mask
