@@ -45,7 +45,7 @@ def logit_gap_at(model, layout, seq, pos):
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS)[:2])
-def test_per_iteration_shapes_keep_greedy_output(pairs, name):
+def test_per_iteration_shapes_keep_greedy_output(pairs, name, tree_code):
     models, layout = pairs
     verifier, drafter = models[name]
     shapes = [TreeShape(*s) for s in SHAPES]
