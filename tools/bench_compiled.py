@@ -47,29 +47,36 @@ def bucket_table(rt: Runtime, context: int = 256) -> list[str]:
 
 
 def compare_decoders(decoders: dict, prompts: list[list[int]], n: int, repeats: int,
-                     eos_ids: tuple[int, ...] = ()) -> list[str]:
+                     eos_ids: tuple[int, ...] = (), bubble: bool = False) -> list[str]:
     """Markdown rows: mean accepted length, median TPOT and equality, each decoder vs the first one
-    (up to n tokens, or to the first of eos_ids)."""
+    (up to n tokens, or to the first of eos_ids). bubble: trace the speculative decoders (`yggc run --trace`'s
+    StageTrace) and add the median host bubble per iteration (time outside compiled model calls)."""
     tpot = {k: [] for k in decoders}
     accepted = {k: [] for k in decoders}
+    bubbles = {k: [] for k in decoders}
     equal = dict.fromkeys(decoders, True)
     for prompt in prompts:
         ref = None
         for rep in range(repeats + 1):  # round 0 warms up
             for name, dec in decoders.items():
+                trace = dec.enable_trace() if bubble and hasattr(dec, "enable_trace") else None
                 out = [t for chunk in dec.stream(prompt, n, SamplingParams(), eos_ids) for t in chunk]
                 ref = out if ref is None else ref
                 equal[name] &= out == ref
                 if rep:
                     tpot[name].append(dec.stats.tpot_ms)
                     accepted[name].append(dec.stats.summary().get("mean_accepted_length", 1.0))
+                    bubbles[name] += [it["host_bubble_ms"] for it in trace.per_iteration()] if trace else []
     first = next(iter(decoders))
     base = statistics.median(tpot[first])
-    lines = [f"| decoding | mean accepted | TPOT median ms | vs {first} | equal to {first} |", "|---|---|---|---|---|"]
+    extra = (" host bubble ms |", "---|") if bubble else ("", "")
+    lines = [f"| decoding | mean accepted | TPOT median ms | vs {first} | equal to {first} |{extra[0]}",
+             f"|---|---|---|---|---|{extra[1]}"]
     for name in decoders:
         med = statistics.median(tpot[name])
+        cell = (f" {statistics.median(bubbles[name]):.2f} |" if bubbles[name] else " - |") if bubble else ""
         lines.append(f"| {name} | {statistics.mean(accepted[name]):.2f} | {med:.3f} | {base / med:.2f}x | "
-                     f"{'yes' if equal[name] else 'NO'} |")
+                     f"{'yes' if equal[name] else 'NO'} |{cell}")
     return lines
 
 

@@ -45,7 +45,7 @@ def bundle_shapes(args, shapes: list[TreeShape], texts: list[str]) -> None:
     eos = rt.verifier.eos_ids if args.stop_at_eos else ()
     print(f"{args.bundle}; {len(prompts)} held-out prompts x {args.n} tokens x {args.repeats} repeats"
           f"{' (or to the end of turn)' if eos else ''}, {args.threads} thread(s), compiled, greedy")
-    print("\n".join(compare_decoders(decoders, prompts, args.n, args.repeats, eos)))
+    print("\n".join(compare_decoders(decoders, prompts, args.n, args.repeats, eos, args.host_bubble)))
 
 
 def main() -> None:
@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--prompts-file", type=Path, help="held-out prompts JSON (default: the demo pair's)")
     ap.add_argument("--stop-at-eos", action="store_true", help="with --bundle: stop where a chat answer ends "
                     "(the end-of-turn token), as `yggc run --chat` does, instead of always decoding -n tokens")
+    ap.add_argument("--host-bubble", action="store_true", help="with --bundle: trace the tree decoders and add "
+                    "each one's median host bubble per iteration (time outside compiled model calls)")
     add_workload_args(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

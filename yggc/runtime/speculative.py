@@ -181,7 +181,7 @@ class SpeculativeDecoder:
                 logits = self.node_logits(tree.tokens[node], node - 1, node, node, chain[node], n,
                                           self.layout.view(n + d + 1))[0]
         tree.n_nodes = 1 + D
-        return Draft(tree, q, D, tree.ancestor_mask())
+        return Draft(tree, q, D, chain)
 
     # -- verification --------------------------------------------------------------------------------
     def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
@@ -199,7 +199,8 @@ class SpeculativeDecoder:
         kept = prune_topk(draft.tree, self.shape.verify)
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
-        mask = tree_mask(n, sub.ancestor_mask(), self.layout.view(n + kept.shape[0]))
+        sub_anc = draft.anc[kept][:, kept]  # kept holds every kept node's ancestors: the subtree's own mask
+        mask = tree_mask(n, sub_anc, self.layout.view(n + kept.shape[0]))
         probs = target_probs(self.verifier_logits(sub.tokens, n + sub.depth, slots, mask), params)  # [V+1, vocab]
         if self.on_sampled_verify is not None:
             self.on_sampled_verify(draft, kept, probs)
