@@ -13,7 +13,7 @@ from scipy.stats import chisquare
 from yggc.tree.egt import egt_frontier, egt_init, egt_tree
 from yggc.tree.prune import prune_topk
 from yggc.tree.recursive_rejection import verify_tree_rrs
-from yggc.tree.sampled_egt import gumbel_keys, sampled_egt_root_step, sampled_egt_step
+from yggc.tree.sampled_egt import race_keys, sampled_egt_root_step, sampled_egt_step
 from yggc.tree.sampling import SamplingParams, target_probs
 from yggc.tree.verification import verify_tree_sampling
 
@@ -60,7 +60,7 @@ def draft_and_verify(prefix: tuple, D: int, W: int, V: int, params: SamplingPara
         q = torch.stack([target_probs(drafter.logits(node_prefix(prefix, toks, pars, i)), params)
                          for i in f.ids.tolist()]).double()                            # [W, vocab]
         draft_rows[f.ids] = q
-        state = sampled_egt_step(state, q, gumbel_keys(q.log(), gen))
+        state = sampled_egt_step(state, q, race_keys(q, gen))
     tree = egt_tree(state)
     sub_ids = prune_topk(tree, V)
     sub = tree.subtree(sub_ids)
@@ -151,7 +151,7 @@ def test_root_step_grows_what_a_step_on_the_repeated_root_grows(D, W, k):
     rows 1.. (the padding) are anything at all."""
     g = torch.Generator().manual_seed(D * 10 + W)
     q = torch.softmax(torch.randn(VOCAB, generator=g, dtype=torch.float64), -1)
-    keys = gumbel_keys(q.log()[None].expand(W, -1), g)  # row 0: the root's keys; the rest: padding
+    keys = race_keys(q[None].expand(W, -1), g)  # row 0: the root's keys; the rest: padding
     once = sampled_egt_root_step(egt_init(3, D, W, VOCAB, k, dtype=torch.float64), q, keys[0])
     repeated = sampled_egt_step(egt_init(3, D, W, VOCAB, k, dtype=torch.float64), q.expand(W, -1), keys)
     for field in ("tokens", "parents", "depth", "cum_logp", "anc", "pool_logp", "pool_parent"):
@@ -210,7 +210,7 @@ def test_acceptance_probs_equal_the_rule_frequencies(shape):
         q = torch.stack([target_probs(drafter.logits(node_prefix(prefix, toks, pars, i)), params)
                          for i in f.ids.tolist()]).double()
         rows[f.ids] = q
-        state = sampled_egt_step(state, q, gumbel_keys(q.log(), gen))
+        state = sampled_egt_step(state, q, race_keys(q, gen))
     tree = egt_tree(state)
     kept = prune_topk(tree, V)
     sub, toks, pars = tree.subtree(kept), tree.tokens.tolist(), tree.parents.tolist()
@@ -225,3 +225,12 @@ def test_acceptance_probs_equal_the_rule_frequencies(shape):
     sigma = (want[1:] * (1 - want[1:]) / n).sqrt().clamp_min(1e-4)
     assert want[0] == 1.0 and ((got - want[1:]).abs() / sigma).max() < 4.5, (got, want)
     assert want[1:].sum() > 0.3  # the drafter is correlated with the target: something gets accepted
+
+
+def test_race_keys_rank_as_log_q_plus_gumbel_noise():
+    """q / E and log q - log E (the Gumbel-top-k keys) from the same uniform draws put tokens in one order."""
+    q = torch.softmax(3.0 * torch.randn(2, 4096, generator=torch.Generator().manual_seed(5)), -1)
+    keys = race_keys(q, torch.Generator().manual_seed(9))
+    e = torch.rand(q.shape, dtype=torch.float32, generator=torch.Generator().manual_seed(9)).log_().neg_()
+    gumbel = q.log() - e.log()
+    assert torch.equal(keys.topk(32, dim=-1).indices, gumbel.topk(32, dim=-1).indices)

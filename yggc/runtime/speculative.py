@@ -22,7 +22,7 @@ from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
 from ..tree.egt import egt_frontier, egt_init, egt_tree
 from ..tree.prune import prune_topk
 from ..tree.recursive_rejection import verify_tree_rrs
-from ..tree.sampled_egt import gumbel_keys, sampled_egt_root_step, sampled_egt_step
+from ..tree.sampled_egt import race_keys, sampled_egt_root_step, sampled_egt_step
 from ..tree.sampling import SamplingParams, next_token, sample_index, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_tree_sampling
@@ -154,13 +154,13 @@ class SpeculativeDecoder:
         q = target_probs(self.root_logits(pending, n), params)  # [vocab]
         q_rows = torch.zeros(N, self.vocab)
         q_rows[0] = q
-        state = sampled_egt_root_step(egt_init(pending[-1], D, W, self.vocab), q, gumbel_keys(q.log(), gen))
+        state = sampled_egt_root_step(egt_init(pending[-1], D, W, self.vocab), q, race_keys(q, gen))
         for _ in range(D - 1):
             f = egt_frontier(state)
             logits = self.node_logits(f.tokens, state.parents[f.ids], f.ids, f.depth, f.mask, n, view)
             q = target_probs(logits, params)                     # [W, vocab]
             q_rows[state.newest] = q
-            state = sampled_egt_step(state, q, gumbel_keys(q.log(), gen))
+            state = sampled_egt_step(state, q, race_keys(q, gen))
         tree = egt_tree(state)
         return Draft(tree, None, 1 + (D - 1) * W, state.anc, q_rows)
 

@@ -6,7 +6,8 @@ a node must be draws from the drafter's distribution q, taken one after another 
 and whether a child exists must not depend on the token it turned out to be. So here:
 
 - each expanded node u draws k tokens from q(.|u) without replacement, in draw order, at once with
-  the Gumbel-top-k trick (keys log q + Gumbel noise; the order of the keys is the order of the draws);
+  the exponential race (keys q / E with E ~ Exp(1), which rank as log q + Gumbel noise: the Gumbel-top-k
+  trick; the order of the keys is the order of the draws);
 - a candidate's value is cum(u) + log of the i-th largest probability of q(.|u), which depends on
   the rank i and on u only, never on the token drawn at rank i. Values fall with the rank, so the W
   best candidates anywhere (the EGT rule; a stable sort keeps ties in draw order) and top-V pruning
@@ -24,11 +25,15 @@ import torch
 from .egt import LOGP_FLOOR, EGTState, egt_grow, grow_from_root
 
 
-def gumbel_keys(logq: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """logq [R, vocab] -> keys [R, vocab]; descending keys = draws without replacement from q, in order."""
-    # E(1) = -log U: uniform draws and two logs cost a fifth of exponential_ (0.8 against 3.9 ms at [4, 49152])
-    e = torch.rand(logq.shape, dtype=torch.float32, device=logq.device, generator=generator).log_().neg_()
-    return logq.float() - e.log()  # log q - log E(1) is log q + Gumbel(0, 1) noise
+def race_keys(q: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """q [R, vocab] -> keys [R, vocab]; descending keys = draws without replacement from q, in order.
+
+    The exponential race: with E_i ~ Exp(1) i.i.d., tokens in descending q_i / E_i arrive in the order of
+    successive draws without replacement. log(q_i / E_i) = log q_i + Gumbel noise, so this is the Gumbel-top-k
+    trick without two vocabulary-wide logs (SmolLM2's 4 x 49152 at 2 threads: 2.0 against 3.6 ms)."""
+    # E(1) = -log U: uniform draws and a log cost a fifth of exponential_ (0.8 against 3.9 ms at [4, 49152])
+    e = torch.rand(q.shape, dtype=torch.float32, device=q.device, generator=generator).log_().neg_()
+    return q.float() / e
 
 
 def drawn_children(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,12 +46,12 @@ def drawn_children(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> tupl
 
 def sampled_egt_step(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> EGTState:
     """One draft step at T > 0: q [W, vocab] = drafter probabilities (temperature, top-k, top-p applied)
-    for the frontier rows, keys [W, vocab] from `gumbel_keys(log q)`; returns the grown state."""
+    for the frontier rows, keys [W, vocab] from `race_keys(q)`; returns the grown state."""
     rank_logp, drawn = drawn_children(state, q, keys)                                         # [W, k]
     return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + rank_logp, drawn, stable=True)
 
 
 def sampled_egt_root_step(state: EGTState, q: torch.Tensor, keys: torch.Tensor) -> EGTState:
     """Step 1 at T > 0 from the root's q and keys [vocab]: the padding rows of a repeated root draw nothing,
-    so only the root's row of Gumbel keys is drawn."""
+    so only the root's row of race keys is drawn."""
     return grow_from_root(state, *drawn_children(state, q, keys), stable=True)
