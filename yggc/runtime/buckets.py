@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ..errors import YggcError
+from ..tree import host
 from .aoti_package import load_package
 from .cache_inputs import CacheInputBucket
 from .cache_layout import VIEW_ALIGN
@@ -133,7 +134,7 @@ class CompiledModel:
     def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """The graph's KV compaction, without the moves of a slot onto itself (on the CPU most iterations'
         accepted path already sits where compaction would put it, and the K/V gather costs ~0.1 ms)."""
-        if not src_slots.is_cuda:  # a CUDA check would synchronize
+        if host.eager_cpu(src_slots):  # a check on an accelerator would synchronize
             keep = src_slots.numpy() != dst_slots.numpy()
             if not keep.any():
                 return

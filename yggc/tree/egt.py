@@ -18,7 +18,7 @@ node are always a best-first prefix of its ranking).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -65,8 +65,9 @@ def host_arrays(state: EGTState) -> egt_host.Arrays:
     return {name: getattr(state, name).numpy() for name in STATE_TENSORS}
 
 
-def from_host(state: EGTState, arrays: egt_host.Arrays) -> EGTState:
-    return replace(state, **{name: torch.from_numpy(np.asarray(a)) for name, a in arrays.items()})
+def from_host(arrays: egt_host.Arrays, D: int, W: int, k: int) -> EGTState:
+    """An EGTState over egt_host's arrays (every tensor field; shared memory)."""
+    return EGTState(**{name: torch.from_numpy(np.asarray(arrays[name])) for name in STATE_TENSORS}, D=D, W=W, k=k)
 
 
 def offer_width(W: int, k: int | None, vocab: int) -> int:
@@ -115,7 +116,7 @@ def egt_step(state: EGTState, logp: torch.Tensor) -> EGTState:
     if host.eager_cpu(logp):
         a = host_arrays(state)
         cand = a["cum_logp"][a["newest"]][:, None] + top_logp.numpy()
-        return from_host(state, egt_host.grow(a, cand, top_tok.numpy(), state.W, state.k))
+        return from_host(egt_host.grow(a, cand, top_tok.numpy(), state.W, state.k), state.D, state.W, state.k)
     return egt_grow(state, state.cum_logp[state.newest].unsqueeze(1) + top_logp, top_tok)  # padding rows offer nothing
 
 
@@ -133,7 +134,7 @@ def egt_root_step(state: EGTState, root_logp: torch.Tensor) -> EGTState:
     W, k = state.W, state.k
     top_logp, top_tok = offered_children(state, root_logp)  # [k] best first
     if host.eager_cpu(root_logp):
-        return from_host(state, egt_host.root_step(host_arrays(state), top_logp.numpy(), top_tok.numpy(), W, k))
+        return from_host(egt_host.root_step(host_arrays(state), top_logp.numpy(), top_tok.numpy(), W, k), state.D, W, k)
     new = slice(1, W + 1)
     tokens, parents, depth = state.tokens.clone(), state.parents.clone(), state.depth.clone()
     cum_logp, anc = state.cum_logp.clone(), state.anc.clone()
@@ -152,8 +153,7 @@ def egt_from_root(root_token: torch.Tensor, root_logits: torch.Tensor, D: int, W
     root_token [1] long, root_logits [vocab] (the drafter's, at the root)."""
     if host.eager_cpu(root_token):
         k = offer_width(W, None, vocab)
-        state = EGTState(**{n: torch.from_numpy(a) for n, a in egt_host.init(int(root_token), D, W, k).items()},
-                         D=D, W=W, k=k)
+        state = from_host(egt_host.init(int(root_token), D, W, k), D, W, k)
     else:
         state = egt_init(0, D, W, vocab, device=root_token.device)
         state.tokens = state.tokens.index_copy(0, root_token.new_zeros(1), root_token)
@@ -165,7 +165,7 @@ def egt_grow(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, sta
     make the W best in the pool the new nodes. stable=True breaks ties by pool order (torch.topk may not)."""
     W, k = state.W, state.k
     if host.eager_cpu(cand):  # always stable
-        return from_host(state, egt_host.grow(host_arrays(state), cand.numpy(), cand_tokens.numpy(), W, k))
+        return from_host(egt_host.grow(host_arrays(state), cand.numpy(), cand_tokens.numpy(), W, k), state.D, W, k)
     dev = cand.device
     cand = torch.where(state.valid.unsqueeze(1), cand, torch.full_like(cand, float("-inf")))
     slots = state.step * (W * k) + torch.arange(W * k, device=dev)                            # [W*k]

@@ -35,7 +35,8 @@ def root_step(s: Arrays, top_logp: np.ndarray, top_tok: np.ndarray, W: int, k: i
     out["anc"][new, 0] = True
     out["pool_logp"][W:k] = top_logp[W:]
     out["pool_token"][: W * k] = np.tile(top_tok, W)
-    return {**s, **out, "newest": np.arange(1, W + 1), "valid": np.ones(W, dtype=bool), "step": np.asarray(s["step"] + 1)}
+    return {**s, **out, "newest": np.arange(1, W + 1), "valid": np.ones(W, dtype=bool),
+            "step": np.asarray(s["step"] + 1)}
 
 
 def frontier(s: Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
