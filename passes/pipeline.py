@@ -261,7 +261,7 @@ def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
                         "compile with --device cpu (the inductor backend)")
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
-    return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype)}
+    return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype, job.device)}
 
 
 def decode_checked(plan: dict, profile: dict, decoder: SpeculativeDecoder, loaded: dict,

@@ -9,6 +9,8 @@ or a poisoned CUDA context costs one section, not the run; a failing section is 
 
   device       GPU, torch/CUDA/triton; CudaGraphRunner replay == direct call                 (check)
   cuda-python  yggc.runtime.device.cuda_properties() via cuda.bindings; peak vs measured bandwidth
+  aoti-load    two packages of a tiny Llama loaded, called and graph-captured step by step, one row each
+               (gpu_smoke_load.py; aoti-load-pageout, only when named: the same with the old page-out)
   tensorrt     torch-tensorrt verifier bucket W=1: AR tokens == eager AR       (check; SKIP if absent)
   demo-bf16    demo pair -> bundle on cuda (D4 W2 V8, Inductor buckets + CUDA graphs); greedy
                compiled AR and yggc-full tokens == eager AR (checks); TPOT, mean accepted length,
@@ -47,6 +49,7 @@ if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
 import gpu_smoke_report as report  # noqa: E402
+from gpu_smoke_load import sec_aoti_load  # noqa: E402
 from gpu_smoke_measure import (  # noqa: E402
     T0,
     WIDTHS,
@@ -216,9 +219,15 @@ def sec_demo(ctx: Context, dtype_name: str) -> Iterator[Row]:
 
 # name -> (section, whether it holds equality checks: one that fails or is skipped then fails them)
 SECTIONS: dict[str, tuple[Callable[[Context], Iterator[Row]], bool]] = {
-    "device": (sec_device, True), "cuda-python": (sec_cuda_python, False), "tensorrt": (sec_tensorrt, True),
+    "device": (sec_device, True), "cuda-python": (sec_cuda_python, False),
+    "aoti-load": (lambda c: sec_aoti_load(c, pageout_all=False), True),
+    "aoti-load-pageout": (lambda c: sec_aoti_load(c, pageout_all=True), False), "tensorrt": (sec_tensorrt, True),
     "demo-bf16": (lambda c: sec_demo(c, "bfloat16"), True), "demo-fp32": (lambda c: sec_demo(c, "float32"), True),
     "demo-curve": (lambda c: sec_curve(c, "demo-curve"), False), "smollm2": (lambda c: sec_curve(c, "smollm2"), False)}
+
+
+DIAGNOSTIC = {"aoti-load-pageout"}  # run only when named: it may crash on purpose
+DEFAULT_SECTIONS = [name for name in SECTIONS if name not in DIAGNOSTIC]
 
 
 # -- running sections ------------------------------------------------------------------------------
@@ -259,7 +268,8 @@ def run_child(name: str, ctx: Context, workload: list[str]) -> list[Row]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)} (default all)")
+    ap.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
+                    help=f"comma list of {', '.join(SECTIONS)} (default all but {', '.join(sorted(DIAGNOSTIC))})")
     ap.add_argument("--json", help="also write the results here (and to $OUT/gpu_smoke.json when OUT is set)")
     ap.add_argument("--budget-s", type=float, default=500.0, help="no section starts after this many seconds")
     ap.add_argument("--work", type=Path, help="folder for bundles and checkpoints (default: a temporary one, removed)")

@@ -55,3 +55,21 @@ def test_cuda_bundle_is_lossless(tmp_path):
     ar = AutoregressiveDecoder(rt.verifier.graph, rt.verifier.layout)
     ref = [t for c in ar.stream(prompt, 40, SamplingParams()) for t in c]
     assert rt.generate(prompt, 40).tokens == ref
+
+
+def test_compile_loads_the_drafter_on_the_jobs_device_too(monkeypatch, tmp_path):
+    """The first GPU run lowered the verifier's buckets on cuda, then died exporting the drafter's: it was on
+    the CPU (load_drafter's default)."""
+    from yggc.passes import pipeline
+
+    from yggc.plan.shape import TreeShape
+    from yggc.runtime.models import demo_pair_dirs
+
+    seen = {}
+    monkeypatch.setattr(pipeline, "verifier_loader",
+                        lambda tp: lambda path, dtype, max_seq, device: seen.setdefault("verifier", device))
+    monkeypatch.setattr(pipeline, "load_drafter",
+                        lambda path, verifier, dtype, device="cpu": seen.setdefault("drafter", device))
+    job = pipeline.CompileJob(*demo_pair_dirs(), tmp_path / "b", TreeShape(2, 2, 2), device="cuda")
+    pipeline.load_checked_pair(job)
+    assert seen == {"verifier": "cuda", "drafter": "cuda"}

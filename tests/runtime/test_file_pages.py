@@ -28,3 +28,15 @@ def test_pages_out_the_files_mapped_in_the_block_and_keeps_their_contents(tmp_pa
         page_out(ours)
     assert mapped[:] == data  # pages read back from the file
     mapped.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/maps is Linux's")
+def test_writable_and_device_file_mappings_are_never_paged_out(tmp_path):
+    (tmp_path / "data.bin").write_bytes(os.urandom(1 << 16))
+    with open(tmp_path / "data.bin", "r+b") as f, open("/dev/zero", "r+b") as zero:
+        writable = mmap.mmap(f.fileno(), 0)  # shared, read-write: a library's data would look like this
+        device = mmap.mmap(zero.fileno(), 1 << 16, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        paths = {m[2] for m in file_mappings()}
+        assert str(tmp_path / "data.bin") not in paths and not any(p.startswith("/dev/") for p in paths)
+        writable.close()
+        device.close()

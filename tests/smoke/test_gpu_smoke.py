@@ -51,7 +51,7 @@ def test_help_documents_the_exit_codes(capsys):
 def test_arguments_are_checked():
     args = gpu_smoke.parse_args(["--sections", "device,smollm2", "--widths", "8,1,8"])
     assert args.sections == ["device", "smollm2"] and args.widths == (1, 8)
-    assert gpu_smoke.parse_args([]).sections == list(gpu_smoke.SECTIONS)
+    assert gpu_smoke.parse_args([]).sections == [s for s in gpu_smoke.SECTIONS if s != "aoti-load-pageout"]
     with pytest.raises(SystemExit):
         gpu_smoke.parse_args(["--sections", "device,nope"])
 
@@ -222,3 +222,14 @@ def test_device_and_cuda_python_sections_pass(tmp_path):
     assert code == report.exit_code(res.rows) == 0, report.table(res)
     checks = [r for r in res.rows if r.check]
     assert [r.status for r in checks] == ["PASS"] and {r.section for r in res.rows} == {"device", "cuda-python"}
+
+
+@pytest.mark.slow
+def test_aoti_load_section_on_cpu_loads_calls_and_matches_eager(tmp_path):
+    import gpu_smoke_load
+
+    rows = list(gpu_smoke_load.sec_aoti_load(gpu_smoke_measure.Context(tmp_path), pageout_all=False, device="cpu"))
+    assert [r.item for r in rows] == [
+        "lowered tiny Llama W=1,2 (cpu)", "load package W=1, bind the weights", "call W=1 == eager",
+        "load package W=2 (no capture in between)", "CompiledModel over both packages == eager"]
+    assert [r.status for r in rows if r.check] == ["PASS", "PASS"]

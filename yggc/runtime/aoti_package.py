@@ -8,6 +8,7 @@ and every caller passes its tensors positionally, so none of that is needed here
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -42,11 +43,12 @@ class Package:
         self.loader.load_constants(constants, False, check_full_update, user_managed)
 
 
-def load_package(path: Path, run_single_threaded: bool = False) -> Package:
-    """The package at `path`, its library's pages given back once its constants are copied out.
-    run_single_threaded: no event bookkeeping per call, which a CUDA graph capture would not allow."""
+def load_package(path: Path, cuda: bool = False) -> Package:
+    """The package at `path`. CPU: its library's pages given back once its constants are copied out. CUDA:
+    no event bookkeeping per call (run single-threaded), which a CUDA graph capture would not allow, and no
+    page-out (the constants went to the device; the driver's and CUDA libraries' mappings stay untouched)."""
     try:
-        with pages_out_after():
-            return Package(path, run_single_threaded)
+        with nullcontext() if cuda else pages_out_after():
+            return Package(path, run_single_threaded=cuda)
     except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
         raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None

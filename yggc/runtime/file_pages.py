@@ -19,13 +19,15 @@ MAPS = "/proc/self/maps"
 
 
 def file_mappings() -> set[tuple[int, int, str]]:
-    """(start, end, path) of every file-backed mapping of this process."""
+    """(start, end, path) of every read-only mapping of a file outside /dev in this process. Writable mappings
+    (a library's relocated data) and device files (a GPU driver's mappings) are never candidates."""
     found = set()
     try:
         with open(MAPS) as f:
             for line in f:
                 fields = line.split(maxsplit=5)
-                if len(fields) == 6 and fields[5].startswith("/"):
+                if len(fields) == 6 and fields[5].startswith("/") and not fields[5].startswith("/dev/") \
+                        and "w" not in fields[1]:
                     start, end = (int(x, 16) for x in fields[0].split("-"))
                     found.add((start, end, fields[5].rstrip("\n")))
     except OSError:

@@ -30,4 +30,4 @@ def require_tensorrt():
 
 def load_tensorrt_bucket(path: Path, graph: nn.Module) -> CacheInputBucket:
     require_tensorrt()  # registers the engine op the package calls
-    return CacheInputBucket(load_package(path, run_single_threaded=True), graph)  # CUDA-graph capturable
+    return CacheInputBucket(load_package(path, cuda=True), graph)  # CUDA-graph capturable
