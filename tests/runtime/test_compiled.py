@@ -11,6 +11,7 @@ import pytest
 import torch
 from checkpoints import TEXT, write_checkpoint
 from yggc.passes.calibrate import CalibrationSpec
+from yggc.passes.decode_check import MIN_SPEEDUP
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
 from yggc.cli.main import main
@@ -109,7 +110,7 @@ def test_sampling_plan_is_recorded_and_serves_requests_at_temperature(bundle):
     assert min(calib["n_trees"].values()) > 0
     rt = Runtime.load(bundle)
     assert rt.sampling_plan == (SHAPE, plan["speculate"])
-    assert plan["speculate"] == (plan["decoded"]["speedup"] > 1.0) and plan["decoded"]["tokens"] > 0
+    assert plan["speculate"] == (plan["decoded"]["speedup"] > MIN_SPEEDUP) and plan["decoded"]["tokens"] > 0
     rt.sampling_plan = (TreeShape(2, 2, 4), True)  # a plan whose shape differs from the greedy one
     assert rt.decoder(sampling=True).shape == TreeShape(2, 2, 4) and rt.decoder(speculative=True).shape == SHAPE
     prompt = [5, 17, 33, 2, 9]
@@ -271,7 +272,7 @@ def test_plan_verdict_picks_the_default_decoder(bundle):
     rt = Runtime.load(bundle)
     plan = json.loads((bundle / "plan.json").read_text())
     decoded = plan["decoded"]
-    assert rt.speculate == plan["speculate"] == (decoded["speedup"] > 1.0)
+    assert rt.speculate == plan["speculate"] == (decoded["speedup"] > MIN_SPEEDUP)
     assert decoded["speedup"] == pytest.approx(decoded["ar_tpot_ms"] / decoded["tree_tpot_ms"], rel=2e-3)
     assert decoded["tokens"] > 0
     rt.speculate = False
