@@ -64,7 +64,11 @@ class Eagle3Graph(CacheOwner):
         return self.fc(features.to(self.fc.weight.dtype))
 
     def forward(self, input_ids, feature, position_ids, cache_slots, attn_mask, *caches):
-        e = self.embed(input_ids)
+        return self.forward_embedded(self.embed(input_ids), feature, position_ids, cache_slots, attn_mask, *caches)
+
+    def forward_embedded(self, e, feature, position_ids, cache_slots, attn_mask, *caches):
+        """forward() from the tokens' embeddings e [W, H] (an O2 package of the head is lowered from this: the
+        embedding table is the verifier's, so it stays out of the package and the runtime gathers the rows)."""
         cos, sin = self.rope(position_ids)
         x = torch.cat([self.input_norm(e), self.hidden_norm(feature)], dim=-1)  # [W, 2H]
         h = feature + self.attn(x, cos, sin, cache_slots, attn_mask, caches[:2] if caches else None)

@@ -43,14 +43,16 @@ class _Method(nn.Module):
 
 
 class FrozenForward(nn.Module):
-    """(input_ids [W], position_ids [W], cache_slots [W], attn_mask [W, S], k0, v0, k1, v1, ...) ->
-    graph.<method>(...) with the caches passed in (method: "forward" -> logits, or "forward_features").
-    Holds transposed copies of the linear weights: build it for an export only."""
+    """(the method's inputs, e.g. input_ids [W], position_ids [W], cache_slots [W], attn_mask [W, S]; then
+    k0, v0, k1, v1, ...) -> graph.<method>(...) with the caches passed in (method: "forward" -> logits,
+    "forward_features", or an EAGLE-3 head's "forward_embedded"). `unused`: parameters the method never reads,
+    left out of the package. Holds transposed copies of the linear weights: build it for an export only."""
 
-    def __init__(self, graph: nn.Module, method: str = "forward"):
+    def __init__(self, graph: nn.Module, method: str = "forward", unused: tuple[str, ...] = ()):
         super().__init__()
         self.__dict__["call"] = _Method(graph, method)  # not a submodule: its tensors are registered below
         caches, transpose = {id(t) for t in graph.cache_tensors()}, linear_only_weights(graph)
+        caches |= {id(t) for name, t in graph.named_parameters() if name in unused}  # `method` never reads them
         self.sources: dict[str, str] = {}  # "graph." + the graph's tensor name -> this module's attribute
         self.transposed: set[str] = set()
         registered: dict[int, str] = {}  # tied tensors are registered once
@@ -73,7 +75,7 @@ class FrozenForward(nn.Module):
         t = getattr(self, attr)
         return t.t() if attr in self.transposed else t  # [out, in] again, as nn.Linear expects
 
-    def forward(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
+    def forward(self, *inputs):
+        """The method's inputs, then the caches (k0, v0, k1, v1, ...)."""
         tensors = {fqn: self.graph_tensor(attr) for fqn, attr in self.sources.items()}
-        return torch.func.functional_call(self.call, tensors, (input_ids, position_ids, cache_slots, attn_mask,
-                                                               *caches), tie_weights=False)
+        return torch.func.functional_call(self.call, tensors, inputs, tie_weights=False)

@@ -20,6 +20,7 @@ from torch.export import Dim
 
 from ..bundle.machine import device_kind
 from ..graphs import LlamaGraph
+from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
 from ..runtime import attention_op
@@ -71,7 +72,7 @@ def view_dim(max_seq: int) -> Dim:
     return Dim("S", min=2, max=max_seq)  # attention reads cache slots [0, S); S varies per call
 
 
-def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple, out_path: Path, opt: str = "O1",
+def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple | dict, out_path: Path, opt: str = "O1",
                     device: str = "cpu") -> Path:
     """Export `module` on `inputs` with the `dynamic` dims (torch.export's dynamic_shapes); compile to out_path."""
     graph = module.call if isinstance(module, FrozenForward) else module  # FrozenForward hides its graph
@@ -98,16 +99,35 @@ def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, de
                            opt, device)
 
 
+def frozen_dynamic(inputs: tuple, caches: tuple) -> dict:
+    """dynamic_shapes of a FrozenForward, whose forward takes *inputs: the method's inputs' dims, the caches static."""
+    return {"inputs": (*inputs, *(None for _ in caches))}
+
+
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
                 opt: str = "O2", features: bool = False) -> Path:
     """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
     in and the caches as trailing inputs -> one package."""
     width = Dim("W", min=1, max=max_width)
     caches = tuple(t.clone() for t in graph.cache_tensors())  # not the buffers themselves: no aliasing
-    dynamic = ({0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)}, tuple(None for _ in caches))
+    dynamic = frozen_dynamic(({0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)}), caches)
     module = FrozenForward(graph, "forward_features" if features else "forward")
     inputs = (*example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device), *caches)
     return compile_program(module, inputs, dynamic, out_path, opt, device)
+
+
+def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
+                     opt: str = "O2") -> Path:
+    """An EAGLE-3 head's forward_embedded at every input width 1..max_width, weights frozen in (not the token
+    embedding: the verifier's, gathered by the runtime) and the caches as trailing inputs -> one package:
+    (embedded [W, H], feature [W, H], position_ids, cache_slots, attn_mask [W, S], k, v) -> (logits, feature)."""
+    width, H = Dim("W", min=1, max=max_width), head.cfg.hidden_size
+    caches = tuple(t.clone() for t in head.cache_tensors())
+    dynamic = frozen_dynamic(({0: width}, {0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)}), caches)
+    ids, pos, slots, mask = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
+    rows = torch.zeros(ids.shape[0], H, dtype=head.fc.weight.dtype, device=device)
+    module = FrozenForward(head, "forward_embedded", unused=("embed.weight",))
+    return compile_program(module, (rows, rows.clone(), pos, slots, mask, *caches), dynamic, out_path, opt, device)
 
 
 def lower_draft_phase(phase: torch.nn.Module, max_seq: int, out_path: Path, device: str = "cpu",

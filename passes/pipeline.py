@@ -39,7 +39,7 @@ from ..runtime.tensor_parallel import rank_world, verifier_loader
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .decode_check import check_prompts, decode_check
-from .lower import lower_bucket, lower_draft_phase, lower_model, lower_verify_phase
+from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
 from .profile import HeadSteps, host_stage_ms, profile_forward, profile_models, profiled_widths
@@ -74,13 +74,15 @@ class CompileJob:
             raise ValueError("a compile job needs exactly one of a fixed tree shape and a calibration spec")
 
 
-def bucket_widths(shape: TreeShape | None, probe: bool = False, head: bool = False) -> dict[str, list[int]]:
+def bucket_widths(shape: TreeShape | None, probe: bool = False, head: bool = False,
+                  opt: str = "O1") -> dict[str, list[int]]:
     """Widths each model is called at: prefill chunks, decode/draft steps, the head step, verify
     (and, before calibration, the probe widths that shape the cost curves). With an EAGLE-3 head only the
-    verifier's 1-token step is a bucket: the head runs inside the compiled draft phase (eagerly around
-    sampled drafting), and prefill and sampled verification run the verifier eagerly for its features."""
+    verifier's 1-token step is a bucket: at O1 the head runs inside the compiled draft phase (eagerly around
+    sampled drafting); at O2 its one package takes every width (a bucket at W = 1 records it); prefill and
+    sampled verification run the verifier eagerly for its features."""
     if head:
-        return {"verifier": [1, *(PROBE_WIDTHS["verifier"] if probe else ())], "drafter": []}
+        return {"verifier": [1, *(PROBE_WIDTHS["verifier"] if probe else ())], "drafter": [1] if opt == "O2" else []}
     widths = {"verifier": {1, PREFILL_CHUNK}, "drafter": {1, HEAD_WIDTH, PREFILL_CHUNK}}
     if shape is not None:
         widths["verifier"].add(shape.verify + 1)
@@ -121,8 +123,9 @@ def package_width(job: CompileJob) -> int:
 
 def stores_weights(name: str, opt: str, widths: dict[str, list[int]], head: bool) -> bool:
     """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights, unless
-    an EAGLE-3 head reads the verifier's token embedding from them at load."""
-    return not (opt == "O2" and widths[name] and not (head and name == "verifier"))
+    an EAGLE-3 head reads the verifier's token embedding from them at load, or is the model (its feature fusion
+    and its sampled drafting run eagerly)."""
+    return not (opt == "O2" and widths[name] and not head)
 
 
 def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
@@ -131,7 +134,9 @@ def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[i
     buckets = []
     for name, model in loaded.items():
         rel = f"artifacts/{name}.pt2"
-        if widths[name] and not w.path(rel).exists():
+        if widths[name] and not w.path(rel).exists() and is_head(model.graph):
+            lower_head_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
+        elif widths[name] and not w.path(rel).exists():
             lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
                         features_package(name, job.opt, loaded["drafter"].graph))
             step(f"lowered {name} at every width 1..{package_width(job)}")
@@ -215,8 +220,8 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
         raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
     widths = {name: sorted(m.runners) for name, m in compiled.items()}
     timed = dict(compiled)
-    if is_head(compiled["drafter"]):  # no forward buckets: its steps are timed eagerly
-        timed["drafter"], widths["drafter"] = HeadSteps(loaded["drafter"].graph), list(HEAD_PROBE_WIDTHS)
+    if is_head(compiled["drafter"]):  # its steps at each width, through its O2 package if it has one
+        timed["drafter"], widths["drafter"] = HeadSteps(compiled["drafter"]), list(HEAD_PROBE_WIDTHS)
     forward = profile_forward(timed, widths, layout, job.profile_repeats)
     step("profiled the forward buckets")
     samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded["verifier"].tokenizer,
@@ -288,7 +293,7 @@ def decode_checked(plan: dict, profile: dict, decoder: SpeculativeDecoder, loade
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     head = drafter_kind(job.drafter_dir) == "eagle3"
-    widths = bucket_widths(job.shape, probe=job.calib is not None and job.calib.probe, head=head)
+    widths = bucket_widths(job.shape, probe=job.calib is not None and job.calib.probe, head=head, opt=job.opt)
     n_buckets, o1 = sum(len(w) for w in widths.values()), job.opt == "O1"
     n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
     # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new
@@ -326,10 +331,11 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             shape, plan, measured, candidates = cal.shape, cal.plan, cal.forward, cal.candidates
             w.write_json("calibration.json", cal.record)
             adaptive = depth_predictor(w, cal, job, head, step)
-            wanted = bucket_widths(shape, head=head)
+            wanted = bucket_widths(shape, head=head, opt=job.opt)
             if "sampling" in plan:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
                 sampled = TreeShape(plan["sampling"]["depth"], plan["sampling"]["width"], plan["sampling"]["verify"])
-                wanted = {name: sorted({*ws, *bucket_widths(sampled, head=head)[name]}) for name, ws in wanted.items()}
+                wanted = {name: sorted({*ws, *bucket_widths(sampled, head=head, opt=job.opt)[name]})
+                          for name, ws in wanted.items()}
             missing = {name: [x for x in ws if x not in compiled[name].runners] for name, ws in wanted.items()}
             added = lower_forward_buckets(w, loaded, missing, job, step)
             for name, model in compiled.items():
@@ -338,7 +344,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         if job.opt == "O1":
             buckets += lower_phases(w, loaded, shape, job, step)
         decoder = compiled_decoder(w.root, loaded, compiled, buckets, shape, job)
-        profile = profile_models(compiled, lowered_widths(buckets), loaded["verifier"].layout, shape,
+        timed = {**compiled, "drafter": HeadSteps(compiled["drafter"])} if head else compiled
+        profile = profile_models(timed, lowered_widths(buckets), loaded["verifier"].layout, shape,
                                  job.profile_repeats, step, decoder, measured)
         w.write_json("profile.json", profile)
         if job.calib:

@@ -87,16 +87,16 @@ def host_stage_ms(shape: TreeShape, vocab: int, repeats: int, verifier=None) -> 
     return out
 
 
-class HeadSteps(torch.nn.Module):
-    """An EAGLE-3 head as a plain (ids, positions, slots, mask) forward, fed zero features: the cost of
-    its draft steps at each width, for the objective (its real steps run inside the draft phase)."""
+class HeadSteps:
+    """An EAGLE-3 head (its graph, or the CompiledModel around its O2 package) as a plain (ids, positions,
+    slots, mask) forward, fed zero features: the cost of its draft steps at each width, for the objective."""
 
-    def __init__(self, head: torch.nn.Module):
-        super().__init__()
-        self.head, self.cfg = head, head.cfg
+    def __init__(self, head):
+        self.head, self.graph = head, getattr(head, "graph", head)
+        self.cfg, self.package_width = self.graph.cfg, getattr(head, "package_width", 0)
 
-    def forward(self, input_ids, position_ids, cache_slots, attn_mask):
-        w = self.head.fc.weight
+    def __call__(self, input_ids, position_ids, cache_slots, attn_mask):
+        w = self.graph.fc.weight
         feature = torch.zeros(input_ids.shape[0], w.shape[0], dtype=w.dtype, device=w.device)  # [W, H]
         return self.head(input_ids, feature, position_ids, cache_slots, attn_mask)
 

@@ -15,6 +15,7 @@ from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.runtime.autoregressive import AutoregressiveDecoder
+from yggc.runtime.cache_inputs import HeadBucket
 from yggc.runtime.eagle3_decoder import Eagle3Decoder
 from yggc.tree.sampling import SamplingParams
 
@@ -55,8 +56,9 @@ def bundles(pair_dirs, tmp_path_factory):
 def test_compiled_eagle3_decoding_is_lossless(bundles, opt, dtype):
     """Against the bundle's own autoregressive decoding: O1 (fused draft and verify phases, bf16 end to end:
     weights, KV caches, compiled buckets; compiled and eager bf16 kernels round differently, so eager bf16 AR
-    is not the reference) and O2 (one verifier package that also returns the features, eager phases around it
-    and the eager head; its weights live only in the package; AR runs the same batch-invariant kernels). O1 in
+    is not the reference) and O2 (one verifier package that also returns the features, the head's own package
+    fed the gathered embedding rows, eager phases around them; the verifier's weights live only in its package;
+    AR runs the same batch-invariant kernels). O1 in
     float32 against eager decoding: test_calibrated_eagle3_bundle below."""
     rt = Runtime.load(bundles(opt, dtype))
     assert rt.manifest.extra["drafter"] == {"kind": "eagle3", "feature_layers": [0, 1, 1]}
@@ -69,6 +71,9 @@ def test_compiled_eagle3_decoding_is_lossless(bundles, opt, dtype):
         assert rt.verifier.graph.embed.weight.dtype == dtype
     else:
         assert rt.compiled["verifier"].features and not rt.draft_runners and not rt.verifier.graph.has_weights
+        head = rt.compiled["drafter"]  # the head's own package at every width, without the verifier's embedding
+        assert tree.drafter is head and isinstance(head.any_width, HeadBucket)
+        assert not any("embed" in name for name in head.any_width.runner.get_constant_fqns())
     ref_dec = rt.decoder(speculative=False)
     for seed in range(3):
         prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()

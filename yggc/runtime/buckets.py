@@ -16,7 +16,7 @@ import torch
 from ..errors import YggcError
 from ..tree import host
 from .aoti_package import load_package
-from .cache_inputs import CacheInputBucket
+from .cache_inputs import CacheInputBucket, HeadBucket
 from .cache_layout import VIEW_ALIGN
 from .cuda_graphs import CudaGraphRunner
 from .trace import NoTrace
@@ -69,7 +69,8 @@ def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", bac
 
         return load_tensorrt_bucket(path, graph)
     if opt == "O2":  # weights frozen in, caches as inputs: nothing to bind
-        return CacheInputBucket(load_package(path, next(graph.buffers()).is_cuda), graph)
+        bucket = HeadBucket if hasattr(graph, "forward_embedded") else CacheInputBucket  # an EAGLE-3 head's
+        return bucket(load_package(path, next(graph.buffers()).is_cuda), graph)
     return load_bucket(path, graph)
 
 

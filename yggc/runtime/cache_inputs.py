@@ -11,5 +11,17 @@ class CacheInputBucket:
     def __init__(self, runner, graph: torch.nn.Module):
         self.runner, self.caches = runner, graph.cache_tensors()
 
-    def __call__(self, ids, pos, slots, mask):
-        return self.runner(ids, pos, slots, mask, *self.caches)
+    def __call__(self, *inputs):
+        return self.runner(*inputs, *self.caches)
+
+
+class HeadBucket(CacheInputBucket):
+    """An EAGLE-3 head's O2 package (lowered from forward_embedded): the runtime gathers the token rows from the
+    verifier's embedding, which the package does not hold."""
+
+    def __init__(self, runner, head: torch.nn.Module):
+        super().__init__(runner, head)
+        self.embed = head.embed
+
+    def __call__(self, ids, feature, pos, slots, mask):
+        return self.runner(self.embed(ids), feature, pos, slots, mask, *self.caches)

@@ -24,9 +24,10 @@ from .verify_phase import GreedyVerifyPhase
 class Eagle3DraftPhase(nn.Module):
     """The EGT draft phase of an EAGLE-3 head, one fixed-shape module like DraftPhase."""
 
-    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int):
+    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
+        self.__dict__["step"] = head if step is None else step  # the head's forward: its O2 package, if any
 
     def head(self, tokens, features, root_row, n, view_slots) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending pairs (tokens [P], verifier features [P, F]; rows past root_row are padding and go
@@ -34,7 +35,7 @@ class Eagle3DraftPhase(nn.Module):
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         slots = torch.where(rows <= root_row, n - 1 - root_row + rows, self.trash)  # position = slot
         mask = view_slots[None, :] <= slots[:, None]
-        logits, out = self.head_model(tokens, self.head_model.fuse(features), slots, slots, mask)
+        logits, out = self.step(tokens, self.head_model.fuse(features), slots, slots, mask)
         pick = root_row.view(1)
         return logits.index_select(0, pick)[0], out.index_select(0, pick)[0]
 
@@ -56,7 +57,7 @@ class Eagle3DraftPhase(nn.Module):
         state = egt_from_root(tokens.index_select(0, root_row.view(1)), root_logits, self.depth, self.width, self.vocab)
         for _ in range(self.depth - 1):
             f = egt_frontier(state)
-            logits, out = self.head_model(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,
+            logits, out = self.step(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,
                                           tree_mask(base, f.mask, view))
             feats = feats.index_copy(0, f.ids, out)
             state = egt_step(state, torch.log_softmax(logits, -1))
@@ -82,12 +83,14 @@ def prefill_features(verifier, ids: list[int], layout: CacheLayout, chunk: int =
     return logits[-1], torch.cat(feats)
 
 
-def prefill_pairs(head, tokens: list[int], features: torch.Tensor, layout: CacheLayout, chunk: int = PREFILL_CHUNK):
-    """Head rows 0..len-1: (features [len, F] of positions p, the token at p + 1)."""
+def prefill_pairs(step, head, tokens: list[int], features: torch.Tensor, layout: CacheLayout,
+                  chunk: int = PREFILL_CHUNK):
+    """Head rows 0..len-1: (features [len, F] of positions p, the token at p + 1), through `step` (the head's
+    graph or its compiled model; `head` is the graph, whose fc fuses the features)."""
     for c0 in range(0, len(tokens), chunk):
         part = tokens[c0:c0 + chunk]
         slots = torch.arange(c0, c0 + len(part))
-        head(torch.tensor(part), head.fuse(features[c0:c0 + len(part)]), slots, slots,
+        step(torch.tensor(part), head.fuse(features[c0:c0 + len(part)]), slots, slots,
              causal_rows(slots, layout.view(c0 + len(part))))
 
 
@@ -96,24 +99,26 @@ class Eagle3Decoder(SpeculativeDecoder):
 
     def __init__(self, verifier, drafter, layout, shape, chain_rule: str = "block", draft_phase=None,
                  verify_phase=None, tree_rule: str = "rrs"):
-        # the head runs eagerly (a bundle compiles it inside the draft phase, not its forward); the feature taps
-        # through the verifier's O2 features package, else eagerly (the verify phase has its own at O1)
-        drafter = getattr(drafter, "graph", drafter)
-        getattr(verifier, "graph", verifier).feature_layers = drafter.eagle.feature_layers
+        # `drafter`: the head's graph, or the CompiledModel around its O2 package (an O1 bundle compiles the head
+        # inside the draft phase instead); the feature taps through the verifier's O2 features package, else
+        # eagerly (the verify phase has its own at O1)
+        self.head = getattr(drafter, "graph", drafter)  # fuse, fc and the eagle config live on the graph
+        getattr(verifier, "graph", verifier).feature_layers = self.head.eagle.feature_layers
         self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
         self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
         self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features
         super().__init__(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule)
 
     def make_draft_phase(self) -> nn.Module:
-        return Eagle3DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash)
+        return Eagle3DraftPhase(self.head, self.shape.depth, self.shape.width, self.vocab, self.layout.trash,
+                                self.drafter)
 
     def make_verify_phase(self) -> nn.Module:
         return FeatureVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
 
     def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
         logits, feats = prefill_features(self.verifier, prompt_ids, self.layout)
-        prefill_pairs(self.drafter, prompt_ids[1:], feats[:-1], self.layout)
+        prefill_pairs(self.drafter, self.head, prompt_ids[1:], feats[:-1], self.layout)
         self.pending_features = feats[-1:]  # paired with the first new token
         return logits
 
@@ -122,7 +127,7 @@ class Eagle3Decoder(SpeculativeDecoder):
         tokens = torch.tensor(pending + [0] * (P - len(pending)))
         feats = self.pending_features  # None only before any prefill (profiling): the head reads zeros
         if feats is None:
-            feats = torch.zeros(1, self.drafter.fc.in_features, dtype=self.drafter.fc.weight.dtype)
+            feats = torch.zeros(1, self.head.fc.in_features, dtype=self.head.fc.weight.dtype)
         feats = torch.cat([feats, feats.new_zeros(P - feats.shape[0], feats.shape[1])])
         return tokens, feats, torch.tensor([len(pending) - 1, n]), self.view_slots(n + self.shape.n_nodes)
 
