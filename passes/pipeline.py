@@ -134,11 +134,12 @@ def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[i
     buckets = []
     for name, model in loaded.items():
         rel = f"artifacts/{name}.pt2"
-        if widths[name] and not w.path(rel).exists() and is_head(model.graph):
-            lower_head_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
-        elif widths[name] and not w.path(rel).exists():
-            lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
-                        features_package(name, job.opt, loaded["drafter"].graph))
+        if widths[name] and not w.path(rel).exists():
+            if is_head(model.graph):
+                lower_head_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
+            else:
+                lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
+                            features_package(name, job.opt, loaded["drafter"].graph))
             step(f"lowered {name} at every width 1..{package_width(job)}")
         buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
                     for width in widths[name]]
