@@ -58,7 +58,7 @@ class Eagle3DraftPhase(nn.Module):
         for _ in range(self.depth - 1):
             f = egt_frontier(state)
             logits, out = self.step(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,
-                                          tree_mask(base, f.mask, view))
+                                    tree_mask(base, f.mask, view))
             feats = feats.index_copy(0, f.ids, out)
             state = egt_step(state, torch.log_softmax(logits, -1))
         return state.tokens, state.parents, state.depth, state.cum_logp, state.anc
