@@ -99,21 +99,22 @@ def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, de
                            opt, device)
 
 
-def frozen_dynamic(inputs: tuple, caches: tuple) -> dict:
-    """dynamic_shapes of a FrozenForward, whose forward takes *inputs: the method's inputs' dims, the caches static."""
-    return {"inputs": (*inputs, *(None for _ in caches))}
+def lower_frozen(module: FrozenForward, graph: torch.nn.Module, inputs: tuple, max_width: int, max_seq: int,
+                 out_path: Path, device: str, opt: str) -> Path:
+    """A FrozenForward of `graph` whose method takes `inputs` (width-first, the attention mask last) at every
+    width 1..max_width and cache view, the caches (clones: no aliasing) as static trailing inputs -> one package."""
+    width, caches = Dim("W", min=1, max=max_width), tuple(t.clone() for t in graph.cache_tensors())
+    dims = (*({0: width} for _ in inputs[:-1]), {0: width, 1: view_dim(max_seq)}, *(None for _ in caches))
+    return compile_program(module, (*inputs, *caches), {"inputs": dims}, out_path, opt, device)
 
 
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
                 opt: str = "O2", features: bool = False) -> Path:
     """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
     in and the caches as trailing inputs -> one package."""
-    width = Dim("W", min=1, max=max_width)
-    caches = tuple(t.clone() for t in graph.cache_tensors())  # not the buffers themselves: no aliasing
-    dynamic = frozen_dynamic(({0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)}), caches)
     module = FrozenForward(graph, "forward_features" if features else "forward")
-    inputs = (*example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device), *caches)
-    return compile_program(module, inputs, dynamic, out_path, opt, device)
+    inputs = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
+    return lower_frozen(module, graph, inputs, max_width, max_seq, out_path, device, opt)
 
 
 def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
@@ -121,13 +122,11 @@ def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: 
     """An EAGLE-3 head's forward_embedded at every input width 1..max_width, weights frozen in (not the token
     embedding: the verifier's, gathered by the runtime) and the caches as trailing inputs -> one package:
     (embedded [W, H], feature [W, H], position_ids, cache_slots, attn_mask [W, S], k, v) -> (logits, feature)."""
-    width, H = Dim("W", min=1, max=max_width), head.cfg.hidden_size
-    caches = tuple(t.clone() for t in head.cache_tensors())
-    dynamic = frozen_dynamic(({0: width}, {0: width}, {0: width}, {0: width}, {0: width, 1: view_dim(max_seq)}), caches)
-    ids, pos, slots, mask = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
-    rows = torch.zeros(ids.shape[0], H, dtype=head.fc.weight.dtype, device=device)
+    _, pos, slots, mask = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
+    rows = torch.zeros(pos.shape[0], head.cfg.hidden_size, dtype=head.fc.weight.dtype, device=device)
     module = FrozenForward(head, "forward_embedded", unused=("embed.weight",))
-    return compile_program(module, (rows, rows.clone(), pos, slots, mask, *caches), dynamic, out_path, opt, device)
+    return lower_frozen(module, head, (rows, rows.clone(), pos, slots, mask), max_width, max_seq, out_path, device,
+                        opt)
 
 
 def lower_draft_phase(phase: torch.nn.Module, max_seq: int, out_path: Path, device: str = "cpu",

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ..errors import YggcError
+from ..graphs.eagle3 import Eagle3Graph
 from ..tree import host
 from .aoti_package import load_package
 from .cache_inputs import CacheInputBucket, HeadBucket
@@ -69,7 +70,7 @@ def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", bac
 
         return load_tensorrt_bucket(path, graph)
     if opt == "O2":  # weights frozen in, caches as inputs: nothing to bind
-        bucket = HeadBucket if hasattr(graph, "forward_embedded") else CacheInputBucket  # an EAGLE-3 head's
+        bucket = HeadBucket if isinstance(graph, Eagle3Graph) else CacheInputBucket
         return bucket(load_package(path, next(graph.buffers()).is_cuda), graph)
     return load_bucket(path, graph)
 
