@@ -11,6 +11,9 @@ or a poisoned CUDA context costs one section, not the run; a failing section is 
   cuda-python  yggc.runtime.device.cuda_properties() via cuda.bindings; peak vs measured bandwidth
   aoti-load    two packages of a tiny Llama loaded, called and graph-captured step by step, one row each
                (gpu_smoke_load.py; aoti-load-pageout, only when named: the same with the old page-out)
+  aoti-variants  only when named: five packages that differ in one thing each (weights in or out of the
+               library, O1 or O2), each loaded and called in its own process with a native backtrace on a
+               crash (gpu_smoke_variants.py)
   tensorrt     torch-tensorrt verifier bucket W=1: AR tokens == eager AR       (check; SKIP if absent)
   demo-bf16    demo pair -> bundle on cuda (D4 W2 V8, Inductor buckets + CUDA graphs); greedy
                compiled AR and yggc-full tokens == eager AR (checks); TPOT, mean accepted length,
@@ -65,6 +68,7 @@ from gpu_smoke_measure import (  # noqa: E402
     write_random_llama,
 )
 from gpu_smoke_report import Row, one_line, pass_fail, version_of  # noqa: E402
+from gpu_smoke_variants import sec_aoti_variants  # noqa: E402
 
 SMOLLM2_CONFIG = TOOLS / "smollm2_135m_config.json"
 DEMO_SHAPE = (4, 2, 8)  # D, W, V: the README's demo bundle
@@ -221,12 +225,13 @@ def sec_demo(ctx: Context, dtype_name: str) -> Iterator[Row]:
 SECTIONS: dict[str, tuple[Callable[[Context], Iterator[Row]], bool]] = {
     "device": (sec_device, True), "cuda-python": (sec_cuda_python, False),
     "aoti-load": (lambda c: sec_aoti_load(c, pageout_all=False), True),
-    "aoti-load-pageout": (lambda c: sec_aoti_load(c, pageout_all=True), False), "tensorrt": (sec_tensorrt, True),
+    "aoti-load-pageout": (lambda c: sec_aoti_load(c, pageout_all=True), False),
+    "aoti-variants": (sec_aoti_variants, False), "tensorrt": (sec_tensorrt, True),
     "demo-bf16": (lambda c: sec_demo(c, "bfloat16"), True), "demo-fp32": (lambda c: sec_demo(c, "float32"), True),
     "demo-curve": (lambda c: sec_curve(c, "demo-curve"), False), "smollm2": (lambda c: sec_curve(c, "smollm2"), False)}
 
 
-DIAGNOSTIC = {"aoti-load-pageout"}  # run only when named: it may crash on purpose
+DIAGNOSTIC = {"aoti-load-pageout", "aoti-variants"}  # run only when named: they may crash on purpose
 DEFAULT_SECTIONS = [name for name in SECTIONS if name not in DIAGNOSTIC]
 
 

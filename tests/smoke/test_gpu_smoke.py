@@ -51,7 +51,7 @@ def test_help_documents_the_exit_codes(capsys):
 def test_arguments_are_checked():
     args = gpu_smoke.parse_args(["--sections", "device,smollm2", "--widths", "8,1,8"])
     assert args.sections == ["device", "smollm2"] and args.widths == (1, 8)
-    assert gpu_smoke.parse_args([]).sections == [s for s in gpu_smoke.SECTIONS if s != "aoti-load-pageout"]
+    assert gpu_smoke.parse_args([]).sections == [s for s in gpu_smoke.SECTIONS if s not in ("aoti-load-pageout", "aoti-variants")]
     with pytest.raises(SystemExit):
         gpu_smoke.parse_args(["--sections", "device,nope"])
 
@@ -233,3 +233,46 @@ def test_aoti_load_section_on_cpu_loads_calls_and_matches_eager(tmp_path):
         "lowered tiny Llama W=1,2 (cpu)", "load package W=1, bind the weights", "call W=1 == eager",
         "load package W=2 (no capture in between)", "CompiledModel over both packages == eager"]
     assert [r.status for r in rows if r.check] == ["PASS", "PASS"]
+
+
+
+# -- aoti-variants: each package loaded in a process of its own, a crash reported with native frames --------
+import gpu_smoke_variants  # noqa: E402
+
+needs_cc = pytest.mark.skipif(gpu_smoke_variants.shutil.which("cc") is None and
+                              gpu_smoke_variants.shutil.which("gcc") is None, reason="no C compiler")
+
+
+@needs_cc
+def test_backtrace_helper_reports_a_segfault_with_native_frames(tmp_path):
+    preload = gpu_smoke_variants.backtrace_library(tmp_path)
+    crash = subprocess.run([sys.executable, "-c", "import ctypes; ctypes.string_at(0)"], capture_output=True,
+                           text=True, env=smoke_env(LD_PRELOAD=str(preload)), timeout=60)
+    assert crash.returncode == -11
+    frames = gpu_smoke_variants.native_frames(crash.stderr)
+    assert frames.startswith("signal SIGSEGV at address 0x0000000000000000 | ")
+    assert "_ctypes" in frames and "segv_backtrace" not in frames
+
+
+def test_native_frames_is_empty_without_a_report():
+    assert gpu_smoke_variants.native_frames("Fatal Python error: Segmentation fault\n") == ""
+
+
+@needs_cc
+def test_a_crashing_load_is_one_fail_row_naming_the_constructor(tmp_path, monkeypatch):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "package.pt2").write_bytes(b"")  # no package: the child exits with an error before constructing
+    monkeypatch.setattr(gpu_smoke_variants, "LOAD_TIMEOUT_S", 120)
+    row = gpu_smoke_variants.run_loader(folder, "cpu", gpu_smoke_variants.backtrace_library(tmp_path))
+    assert row.status == "FAIL" and row.item == "broken: load + call"
+    assert row.value.startswith("exit 1 in the loader's constructor; no native frames")
+
+
+@pytest.mark.slow
+def test_aoti_variants_on_cpu_load_in_a_child_and_match_eager(tmp_path):
+    rows = list(gpu_smoke_variants.sec_aoti_variants(gpu_smoke_measure.Context(tmp_path), "cpu",
+                                                     ("linear-no-so", "llama-o1")))
+    assert [r.item for r in rows] == ["linear-no-so: lowered", "linear-no-so: load + call == eager",
+                                      "llama-o1: lowered", "llama-o1: load + call == eager"]
+    assert [r.status for r in rows[1::2]] == ["PASS", "PASS"]
