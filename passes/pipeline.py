@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from ..bundle.machine import device_kind
 from ..errors import YggcError
 from ..plan.objective import StageCosts
 from ..plan.shape import HEAD_WIDTH, TreeShape
@@ -39,6 +40,7 @@ from ..runtime.tensor_parallel import rank_world, verifier_loader
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .decode_check import check_prompts, decode_check
+from .load_probe import probe_load
 from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
@@ -322,6 +324,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         for name, model in loaded.items():
             w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths, head))
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
+        if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and buckets:
+            probe_load(w.root / buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile
         width = package_width(job) if job.opt == "O2" else 0
         compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width,
                                         features_package(name, job.opt, loaded["drafter"].graph))

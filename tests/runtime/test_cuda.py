@@ -73,3 +73,33 @@ def test_compile_loads_the_drafter_on_the_jobs_device_too(monkeypatch, tmp_path)
     job = pipeline.CompileJob(*demo_pair_dirs(), tmp_path / "b", TreeShape(2, 2, 2), device="cuda")
     pipeline.load_checked_pair(job)
     assert seen == {"verifier": "cuda", "drafter": "cuda"}
+
+
+def test_a_cuda_compile_test_loads_one_package_in_a_child_before_loading_any_in_process(monkeypatch, tmp_path):
+    """Sessions 22-23: torch 2.11's loader killed the compile (SIGSEGV) loading its CUDA packages. The compile now
+    test-loads the first one in a child process, and a crash there ends it with one line and no bundle."""
+    import dataclasses
+
+    from yggc.passes import pipeline
+
+    from yggc.plan.shape import TreeShape
+    from yggc.runtime.models import demo_pair_dirs
+
+    load_on_cpu = pipeline.load_checked_pair
+    monkeypatch.setattr(pipeline, "load_checked_pair", lambda job: load_on_cpu(dataclasses.replace(job, device="cpu")))
+    monkeypatch.setattr(pipeline, "lower_forward_buckets", lambda w, loaded, widths, job, step: [
+        {"name": "verifier_w1", "model": "verifier", "kind": "forward", "width": 1, "file": "artifacts/verifier_w1.pt2"}])
+    probed = []
+
+    def crashing_probe(path, device):
+        probed.append((path.name, device))
+        raise YggcError("loading compiled bucket verifier_w1.pt2 on cuda killed a test process (SIGSEGV)")
+
+    monkeypatch.setattr(pipeline, "probe_load", crashing_probe)
+    monkeypatch.setattr(pipeline, "CompiledModel", lambda *a, **k: pytest.fail("loaded a package in-process"))
+    out = tmp_path / "b"
+    with pytest.raises(YggcError, match="killed a test process"):
+        pipeline.compile_bundle(pipeline.CompileJob(*demo_pair_dirs(), out, TreeShape(2, 2, 2), device="cuda"),
+                                log=lambda *_: None)
+    assert probed == [("verifier_w1.pt2", "cuda")]
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # nothing half-written

@@ -1,0 +1,31 @@
+"""passes/load_probe.py: a package test-loaded in a child process; a crash or failure there is one clear line."""
+import pytest
+import torch
+from yggc.passes.load_probe import CHILD, probe_load
+
+from yggc.errors import YggcError
+
+
+class Double(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_a_package_that_loads_passes_the_probe(tmp_path):
+    path = tmp_path / "ok.pt2"
+    torch._inductor.aoti_compile_and_package(torch.export.export(Double(), (torch.randn(3),)), package_path=str(path))
+    probe_load(path, "cpu")  # the child imports this process's yggc and loads the package through it
+
+
+def test_a_loader_crash_in_the_child_is_one_line_naming_the_signal(tmp_path):
+    crash = "import ctypes; ctypes.string_at(0)"  # what torch 2.11's loader did with CUDA packages
+    with pytest.raises(YggcError, match=r"^loading compiled bucket w1\.pt2 on cuda killed a test process \(SIGSEGV\): "
+                       r"torch .*'s AOTInductor loader cannot load .*; nothing was written"):
+        probe_load(tmp_path / "w1.pt2", "cuda", child=crash)
+
+
+def test_a_package_that_fails_to_load_names_the_loaders_message(tmp_path):
+    (tmp_path / "bad.pt2").write_bytes(b"not a zip archive")
+    with pytest.raises(YggcError, match=r"^compiled bucket bad\.pt2 cannot be loaded on cpu in a test process "
+                       r"\(yggc\.errors\.YggcError: compiled bucket bad\.pt2 cannot be loaded .*\); nothing was written"):
+        probe_load(tmp_path / "bad.pt2", "cpu", child=CHILD)
