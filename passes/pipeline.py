@@ -246,12 +246,12 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     return Calibrated(shape, plan, record, forward, candidates, samples, costs)
 
 
-def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, head: bool, step) -> dict:
+def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, step) -> dict:
     """Train the draft-depth predictor where the runtime can switch shapes per iteration (eager phases
-    around O2 packages, a standalone drafter) -> plan.json's "adaptive" record."""
-    if job.opt != "O2" or head or job.calib.pin_depth is not None:
-        step("depth predictor: not trained (it needs --opt O2, a standalone drafter and a free --depth)")
-        return {"used": False, "reason": "per-iteration shapes need --opt O2, a standalone drafter and a free depth"}
+    around O2 packages) -> plan.json's "adaptive" record."""
+    if job.opt != "O2" or job.calib.pin_depth is not None:
+        step("depth predictor: not trained (it needs --opt O2 and a free --depth)")
+        return {"used": False, "reason": "per-iteration shapes need --opt O2 and a free depth"}
     policy, record = train_policy(cal.samples, cal.candidates, cal.shape.width, cal.costs.iteration_ms)
     if policy is not None:
         save_file(policy.predictor.state_dict(), w.path("predictor.safetensors"))
@@ -335,7 +335,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             cal = calibrated_shape(loaded, compiled, job, step)
             shape, plan, measured, candidates = cal.shape, cal.plan, cal.forward, cal.candidates
             w.write_json("calibration.json", cal.record)
-            adaptive = depth_predictor(w, cal, job, head, step)
+            adaptive = depth_predictor(w, cal, job, step)
             wanted = bucket_widths(shape, head=head, opt=job.opt)
             if "sampling" in plan:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
                 sampled = TreeShape(plan["sampling"]["depth"], plan["sampling"]["width"], plan["sampling"]["verify"])

@@ -44,7 +44,7 @@ def backtrace_library(work: Path) -> Path | None:
 
 
 @contextmanager
-def inductor_config(overrides: dict) -> Iterator[None]:
+def o1_configs_with(overrides: dict) -> Iterator[None]:
     """yggc's O1 configs with `overrides` applied while lowering (a diagnostic, not a compile option)."""
     from yggc.passes import lower
 
@@ -102,7 +102,7 @@ def llama_case(folder: Path, device: str, opt: str, overrides: dict) -> None:
         lower_model(graph, 2, MAX_SEQ, folder / "package.pt2", device, "O2")
         consts, args = {}, (*args, *(t.clone() for t in graph.cache_tensors()))
     else:
-        with inductor_config(overrides):
+        with o1_configs_with(overrides):
             lower_bucket(graph, 1, MAX_SEQ, folder / "package.pt2", device)
         consts = {n: t.clone() for n, t in graph_constants(graph).items()}
     save_case(folder, consts, args, graph(*inputs(1, device)))

@@ -111,3 +111,19 @@ def test_long_prompt_prefills_in_chunks(heads):
     dec = drafters.speculative_decoder(verifier.graph, head.graph, verifier.layout, TreeShape(3, 2, 4))
     assert decode(dec, prompt, 30) == ref
 
+
+
+@pytest.mark.parametrize("name", ["tiny_vocab", "llama_gqa"])
+def test_per_iteration_shapes_keep_greedy_output(heads, name):
+    """The depth predictor may switch the head's tree shape every iteration (deeper to shallower included, with
+    more pending pairs than the new depth's draft phase pads to): the output stays the verifier's own."""
+    from trees import CyclingPolicy
+
+    verifier, head = drafters.load_pair(*heads[name], torch.float32, 160)
+    shapes = [TreeShape(*s) for s in SHAPES]
+    prompt = torch.randint(1, verifier.graph.cfg.vocab_size, (9,), generator=torch.Generator().manual_seed(3)).tolist()
+    ref = decode(AutoregressiveDecoder(verifier.graph, verifier.layout), prompt, N_NEW)
+    dec = drafters.speculative_decoder(verifier.graph, head.graph, verifier.layout, shapes[0])
+    dec.policy = policy = CyclingPolicy(shapes)
+    assert decode(dec, prompt, N_NEW) == ref
+    assert len(policy.seen) == len(shapes)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-from ..errors import YggcError
 from ..graphs import check_pair, load_config
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.eagle3_checkpoint import check_eagle3_pair, is_eagle3, load_eagle3, load_eagle3_config
@@ -59,13 +58,9 @@ def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
                         tree_rule: str = "rrs", draft_phase=None, verify_phase=None,
                         policy=None) -> SpeculativeDecoder:
     """The decoder for the drafter's kind (verifier and drafter: graphs or compiled models around them);
-    `policy` (a DepthPolicy) picks each greedy iteration's shape, for standalone drafters."""
-    if is_head(drafter):
-        if policy is not None:
-            raise YggcError("per-iteration tree shapes (the depth predictor) are not supported with an EAGLE-3 head yet")
-        return Eagle3Decoder(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule)
-    return SpeculativeDecoder(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule,
-                              policy)
+    `policy` (a DepthPolicy) picks each greedy iteration's shape."""
+    decoder = Eagle3Decoder if is_head(drafter) else SpeculativeDecoder
+    return decoder(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule, policy)
 
 
 def features_package(name: str, opt: str, drafter) -> bool:

@@ -98,7 +98,7 @@ class Eagle3Decoder(SpeculativeDecoder):
     """SpeculativeDecoder with an Eagle3Graph drafter (the verifier's feature_layers set to the head's)."""
 
     def __init__(self, verifier, drafter, layout, shape, chain_rule: str = "block", draft_phase=None,
-                 verify_phase=None, tree_rule: str = "rrs"):
+                 verify_phase=None, tree_rule: str = "rrs", policy=None):
         # `drafter`: the head's graph, or the CompiledModel around its O2 package (an O1 bundle compiles the head
         # inside the draft phase instead); the feature taps through the verifier's O2 features package, else
         # eagerly (the verify phase has its own at O1)
@@ -107,7 +107,7 @@ class Eagle3Decoder(SpeculativeDecoder):
         self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
         self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
         self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features
-        super().__init__(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule)
+        super().__init__(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule, policy)
 
     def make_draft_phase(self) -> nn.Module:
         return Eagle3DraftPhase(self.head, self.shape.depth, self.shape.width, self.vocab, self.layout.trash,
@@ -123,7 +123,8 @@ class Eagle3Decoder(SpeculativeDecoder):
         return logits
 
     def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
-        P = self.shape.depth + 1  # at most D accepted + the bonus
+        # at most D accepted + the bonus; more after a per-iteration switch to a shallower tree (eager phases only)
+        P = max(self.shape.depth + 1, len(pending))
         tokens = torch.tensor(pending + [0] * (P - len(pending)))
         feats = self.pending_features  # None only before any prefill (profiling): the head reads zeros
         if feats is None:
