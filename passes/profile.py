@@ -160,8 +160,9 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
     if "verifier" in out["models"]:
         out["context_ms"] = context_cost(models["verifier"], out["models"]["verifier"]["bucket_ms"], layout, repeats)
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
-    if decoder is not None:
+    if decoder is not None:  # the phases whole, host glue included; their shape prices the glue (plan/stages.py)
         out["phase_ms"] = phase_latency_ms(decoder, context, repeats)
+        out["phase_shape"] = [decoder.shape.depth, decoder.shape.width, decoder.shape.verify]
     if model_device(models["verifier"]).type == "cuda":
         out["device"] = cuda_properties()
     return out

@@ -34,6 +34,30 @@ def test_sequential_prices_the_objective_plus_host_stages():
     assert iteration_ms("sequential", shape) == pytest.approx(2 + 2 * 2 + 10 + sum(HOST.values()))
 
 
+def test_glue_is_what_the_phases_took_beyond_the_priced_stages():
+    """The profile times the draft and verify phases whole at one shape; the host work around the calls is the
+    rest. At that shape the sequential estimate is then the two phases' time, and other shapes scale it."""
+    shape = TreeShape(3, 2, 5)  # drafter calls 2 + 2 + 2 = 6 ms; verify 10 + prune, accept, compact 0.6 ms
+    profile = {**PROFILE, "phase_ms": {"draft": 6 + 3 * 0.4, "verify": 10.6 + 1.5}, "phase_shape": [3, 2, 5]}
+    costs = StageCosts.from_profile(profile)
+    assert costs.glue_ms == pytest.approx((0.4, 1.5))
+    assert iteration_stages("sequential", shape, costs)[-1].name == "glue"
+    assert list_schedule(iteration_dag("sequential", shape, costs)).iteration_ms == pytest.approx(7.2 + 12.1)
+    assert costs.glue(TreeShape(1, 4, 4)) == pytest.approx(0.4 + 1.5)  # one drafter call
+    fast = {**profile, "phase_ms": {"draft": 1.0, "verify": 1.0}}  # faster than the stages: no negative glue
+    assert StageCosts.from_profile(fast).glue_ms == (0.0, 0.0)
+    for variant in VARIANTS:  # the glue stage sits on every variant's critical path, and no DAG has a cycle
+        total = sum(st.cost_ms for st in iteration_stages(variant, shape, costs))
+        assert list_schedule(iteration_dag(variant, shape, costs)).iteration_ms == pytest.approx(total)
+
+
+def test_a_profile_without_the_phases_shape_prices_no_glue():
+    """Bundles written before phase_shape was recorded keep their estimates."""
+    costs = StageCosts.from_profile({**PROFILE, "phase_ms": {"draft": 50.0, "verify": 50.0}})
+    assert costs.glue_ms == (0.0, 0.0)
+    assert "glue" not in [st.name for st in iteration_stages("sequential", TreeShape(2, 2, 3), costs)]
+
+
 def test_hand_computed_overlaps_on_two_core_groups():
     shape = TreeShape(2, 2, 3)
     sequential = 2 + 2 + 0.1 + 10 + 0.2 + 0.3  # head, step, prune, verify(4), accept, compact

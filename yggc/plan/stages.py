@@ -8,6 +8,7 @@ iteration, and the steady-state iteration time is read off a list schedule (yggc
 Variants, all lossless by construction (a stage run ahead of time works on a superset of what the
 iteration turns out to need, and only the part the accepted path selects is kept):
   sequential  head -> D-1 tree steps -> prune -> verify -> accept -> compact -> next head
+              (and `glue`, the host work around the model calls, where the profile measured it)
   aot_tail    the drafter also runs on the W deepest leaves right after drafting them, so the next
               head step feeds only the root (width 1): the tail leaves the critical path
   aot_head    aot_tail, and after verification the drafter runs on every candidate bonus token
@@ -21,7 +22,7 @@ iteration turns out to need, and only the part the accepted path selects is kept
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -60,16 +61,21 @@ class StageCosts:
     drafter: CostCurve   # T_drafter(width)
     host_ms: dict[str, float] = field(default_factory=dict)  # prune, accept_greedy, compact_kv (profile host_ms)
     fuzzy: dict[str, float] = field(default_factory=dict)  # draft_factor, acceptance_ratio (profile "fuzzy")
+    glue_ms: tuple[float, float] = (0.0, 0.0)  # host work around the calls: per drafter call, per verify phase
 
     @classmethod
     def from_profile(cls, profile: dict, depth: int = 1) -> StageCosts:
         """The fitted curves; a drafter without forward buckets (an EAGLE-3 head compiled for one shape)
-        is priced per step from its measured draft phase of `depth` steps."""
+        is priced per step from its measured draft phase of `depth` steps. Where the profile timed the phases
+        whole at a recorded shape, the host glue is what they took beyond the priced stages."""
         curves = {name: CostCurve(**m["cost_curve"]) for name, m in profile["models"].items() if "cost_curve" in m}
         if "drafter" not in curves:
             curves["drafter"] = CostCurve(profile["phase_ms"]["draft"] / depth, 0.0, 0.0)
-        return cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})),
-                   dict(profile.get("fuzzy", {})))
+        costs = cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})),
+                    dict(profile.get("fuzzy", {})))
+        if "phase_ms" in profile and "phase_shape" in profile:
+            costs = replace(costs, glue_ms=measured_glue(profile["phase_ms"], TreeShape(*profile["phase_shape"]), costs))
+        return costs
 
     def prices(self, variant: str) -> bool:
         """Whether the costs cover `variant` (fuzzy drafting needs its own measurements)."""
@@ -82,6 +88,11 @@ class StageCosts:
 
     def host(self, name: str) -> float:
         return self.host_ms.get(name, 0.0)
+
+    def glue(self, shape: TreeShape) -> float:
+        """Host work around the model calls of one iteration at `shape`: D drafter calls and one verify."""
+        per_call, per_verify = self.glue_ms
+        return shape.depth * per_call + per_verify
 
     def iteration_ms(self, shape: TreeShape) -> float:
         """One iteration with every stage in turn (the sequential plan on one resource): the objective's cost."""
@@ -111,7 +122,19 @@ def iteration_stages(variant: str, shape: TreeShape, p: StageCosts) -> list[Stag
     if variant == "aot_head":
         stages.append(Stage("bonus", "drafter", p.drafter(shape.verify + 1)))
     stages += [Stage("accept", "host", p.host("accept_greedy")), Stage("compact", "verifier", p.host("compact_kv"))]
+    if p.glue(shape) > 0:
+        stages.append(Stage("glue", "host", p.glue(shape)))
     return stages
+
+
+def measured_glue(phase_ms: dict[str, float], shape: TreeShape, p: StageCosts) -> tuple[float, float]:
+    """Host work around the model calls from the draft and verify phases timed whole at `shape` (the
+    profile's phase_ms): (ms per drafter call, ms per verify phase), beyond what the stages already price
+    (the drafter and verifier calls, prune, accept, K/V compaction). Never negative."""
+    drafter_calls = p.drafter(HEAD_WIDTH) + (shape.depth - 1) * p.drafter(shape.width)
+    per_call = max(0.0, phase_ms["draft"] - drafter_calls) / shape.depth
+    priced = p.verifier(shape.verify + 1) + p.host("prune") + p.host("accept_greedy") + p.host("compact_kv")
+    return per_call, max(0.0, phase_ms["verify"] - priced)
 
 
 def stage_edges(variant: str, names: list[str]) -> list[tuple[str, str, int]]:
@@ -125,6 +148,8 @@ def stage_edges(variant: str, names: list[str]) -> list[tuple[str, str, int]]:
     edges += [("prune", "verify", 0), ("verify", "accept", 0), ("accept", "compact", 0)]
     # the next iteration's drafting reads the accepted root and the compacted caches
     edges += [("accept", first_draft_next, 1), ("compact", first_draft_next, 1)]
+    if "glue" in names:  # the host builds the next iteration's inputs from what acceptance decided
+        edges += [("accept", "glue", 0), ("glue", first_draft_next, 1)]
     if "tail" in names:  # the leaves exist once the last step grew them (D = 1 under aot_head: at the start)
         edges.append((last_draft or "prune", "tail", 0))
         edges.append(("tail", first_draft_next, 1))
