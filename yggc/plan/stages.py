@@ -148,8 +148,8 @@ def stage_edges(variant: str, names: list[str]) -> list[tuple[str, str, int]]:
     edges += [("prune", "verify", 0), ("verify", "accept", 0), ("accept", "compact", 0)]
     # the next iteration's drafting reads the accepted root and the compacted caches
     edges += [("accept", first_draft_next, 1), ("compact", first_draft_next, 1)]
-    if "glue" in names:  # the host builds the next iteration's inputs from what acceptance decided
-        edges += [("accept", "glue", 0), ("glue", first_draft_next, 1)]
+    if "glue" in names:  # the host builds the next iteration's inputs once the iteration's calls are done
+        edges += [("compact", "glue", 0), ("glue", first_draft_next, 1)]
     if "tail" in names:  # the leaves exist once the last step grew them (D = 1 under aot_head: at the start)
         edges.append((last_draft or "prune", "tail", 0))
         edges.append(("tail", first_draft_next, 1))
