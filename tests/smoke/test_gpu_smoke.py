@@ -271,8 +271,7 @@ def test_a_crashing_load_is_one_fail_row_naming_the_constructor(tmp_path, monkey
 
 @pytest.mark.slow
 def test_aoti_variants_on_cpu_load_in_a_child_and_match_eager(tmp_path):
-    rows = list(gpu_smoke_variants.sec_aoti_variants(gpu_smoke_measure.Context(tmp_path), "cpu",
-                                                     ("linear-no-so", "llama-o1")))
-    assert [r.item for r in rows] == ["linear-no-so: lowered", "linear-no-so: load + call == eager",
-                                      "llama-o1: lowered", "llama-o1: load + call == eager"]
-    assert [r.status for r in rows[1::2]] == ["PASS", "PASS"]
+    """yggc's O1 bucket through the variant machinery (the Linear variants share its loading child)."""
+    rows = list(gpu_smoke_variants.sec_aoti_variants(gpu_smoke_measure.Context(tmp_path), "cpu", ("llama-o1",)))
+    assert [r.item for r in rows] == ["llama-o1: lowered", "llama-o1: load + call == eager"]
+    assert rows[1].status == "PASS"
