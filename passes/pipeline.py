@@ -44,7 +44,7 @@ from .load_probe import probe_load
 from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
-from .profile import HeadSteps, host_stage_ms, profile_forward, profile_models, profiled_widths
+from .profile import HeadSteps, host_stage_ms, phase_profile, profile_forward, profile_models, profiled_widths
 from .tensor_parallel_bundle import barrier, bundle_writer, every_rank, split_file
 from .train_predictor import train_policy
 from .write_bundle import BundleWriter
@@ -232,7 +232,12 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
     largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
     host = host_stage_ms(largest, loaded["verifier"].graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
-    costs = StageCosts.from_profile({"models": forward, "host_ms": host})
+    measured = {"models": forward, "host_ms": host}
+    if job.opt == "O2":  # eager phases around the packages run any shape: time them whole to price the host glue
+        probe = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, largest)
+        measured.update(phase_profile(probe, job.profile_repeats))
+    costs = StageCosts.from_profile(measured)
+    record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase
     shape, plan = choose_shape(candidates, costs)
     step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
          f"(estimated {plan['objective']['speedup']:.2f}x)")

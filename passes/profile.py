@@ -113,6 +113,13 @@ def profile_context(layout: CacheLayout) -> int:
     return min(256, layout.max_seq // 2)
 
 
+def phase_profile(decoder: SpeculativeDecoder, repeats: int) -> dict:
+    """The decoder's draft and verify phases timed whole at its shape (host glue included) and that shape: what
+    StageCosts.from_profile prices the glue around the model calls from."""
+    return {"phase_ms": phase_latency_ms(decoder, profile_context(decoder.layout), repeats),
+            "phase_shape": [decoder.shape.depth, decoder.shape.width, decoder.shape.verify]}
+
+
 def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLayout, repeats: int = 20,
                     progress=None, measured: dict[str, dict] | None = None) -> dict[str, dict]:
     """Per model: measured ms of every bucket width and the roofline curve fitted to them. Widths
@@ -160,9 +167,8 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
     if "verifier" in out["models"]:
         out["context_ms"] = context_cost(models["verifier"], out["models"]["verifier"]["bucket_ms"], layout, repeats)
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
-    if decoder is not None:  # the phases whole, host glue included; their shape prices the glue (plan/stages.py)
-        out["phase_ms"] = phase_latency_ms(decoder, context, repeats)
-        out["phase_shape"] = [decoder.shape.depth, decoder.shape.width, decoder.shape.verify]
+    if decoder is not None:
+        out.update(phase_profile(decoder, repeats))
     if model_device(models["verifier"]).type == "cuda":
         out["device"] = cuda_properties()
     return out
