@@ -205,6 +205,11 @@ def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel
                                draft_phase=draft_runner, verify_phase=verify_runner)
 
 
+# The shape calibration times whole to price the host glue: small, so the verifier's fitted curve is close to its
+# measured points there (at the widest candidate the curve's misfit would pass for glue), and two drafter calls.
+GLUE_PROBE = TreeShape(2, 2, 3)
+
+
 @dataclass(frozen=True)
 class Calibrated:
     shape: TreeShape
@@ -233,9 +238,10 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
     host = host_stage_ms(largest, loaded["verifier"].graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
     measured = {"models": forward, "host_ms": host}
-    if job.opt == "O2":  # eager phases around the packages run any shape: time them whole to price the host glue
-        probe = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, largest)
-        measured.update(phase_profile(probe, job.profile_repeats))
+    if job.opt == "O2":  # eager phases around the packages run any shape: time a small one whole for the host glue
+        probe = GLUE_PROBE if spec.max_depth >= GLUE_PROBE.depth else TreeShape(1, 2, 2)
+        decoder = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, probe)
+        measured.update(phase_profile(decoder, job.profile_repeats))
     costs = StageCosts.from_profile(measured)
     record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase
     shape, plan = choose_shape(candidates, costs)
