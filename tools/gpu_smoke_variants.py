@@ -141,11 +141,11 @@ def load_and_call(folder: Path, device: str) -> dict:
 def native_frames(stderr: str) -> str:
     """The first frames of segv_backtrace's report past its own handler and libc's signal frames."""
     lines = stderr.splitlines()
-    if not any(line.startswith("native backtrace: signal") for line in lines):
+    start = next((i for i, line in enumerate(lines) if line.startswith("native backtrace: signal")), None)
+    if start is None:
         return ""
-    start = next(i for i, line in enumerate(lines) if line.startswith("native backtrace: signal"))
-    frames = [ln for ln in lines[start + 1:] if not ln.startswith("native backtrace")]
-    frames = [ln for ln in frames if "segv_backtrace" not in ln and "libc.so" not in ln]
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("native backtrace: end")), len(lines))
+    frames = [ln for ln in lines[start + 1:end] if "segv_backtrace" not in ln and "libc.so" not in ln]
     return lines[start].removeprefix("native backtrace: ") + " | " + " < ".join(frames[:NATIVE_FRAMES_SHOWN])
 
 
