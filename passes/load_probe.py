@@ -2,8 +2,8 @@
 
 On the first GPU runs (H200 and H100, torch 2.11.0+cu130) loading a CUDA package killed the process with
 SIGSEGV inside torch's own AOTInductor loader: a compile would die minutes into lowering, with no message
-and nothing but a signal. A crash in the child becomes one line here instead (tools/gpu_smoke_variants.py
-narrows down which package settings crash).
+and nothing but a signal. Session 24 traced it to the C++ compiler CXX named (toolchain.py now picks one
+whose packages load); a crash in the child still becomes one line here instead of a dead compile.
 """
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def probe_load(package: Path, device: str, child: str = CHILD) -> None:
         name = signal.Signals(-done.returncode).name
         raise YggcError(f"loading compiled bucket {package.name} on {device} killed a test process ({name}): "
                         f"torch {torch.__version__}'s AOTInductor loader cannot load the packages it compiled on "
-                        "this machine; nothing was written (compile for the CPU, or try another torch)")
+                        "this machine; nothing was written (set CXX to another C++ compiler, compile for the CPU, "
+                        "or try another torch)")
     if done.returncode:
         lines = done.stderr.strip().splitlines()
         raise YggcError(f"compiled bucket {package.name} cannot be loaded on {device} in a test process "

@@ -46,6 +46,7 @@ from .lower_tensorrt import lower_bucket_tensorrt
 from .plan import plan_record
 from .profile import HeadSteps, host_stage_ms, phase_profile, profile_forward, profile_models, profiled_widths
 from .tensor_parallel_bundle import barrier, bundle_writer, every_rank, split_file
+from .toolchain import building_with, configured_compiler, loadable_compiler
 from .train_predictor import train_policy
 from .write_bundle import BundleWriter
 
@@ -304,6 +305,13 @@ def decode_checked(plan: dict, profile: dict, decoder: SpeculativeDecoder, loade
     return plan
 
 
+def package_compiler(job: CompileJob, log) -> str:
+    """The C++ compiler that builds the packages: on CUDA, the first whose packages load here (toolchain.py)."""
+    if device_kind(job.device) == "cuda" and job.backend != "tensorrt":
+        return loadable_compiler("cuda", log=log)
+    return configured_compiler()
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
     t_start = time.perf_counter()
     head = drafter_kind(job.drafter_dir) == "eagle3"
@@ -331,7 +339,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
 
     loaded = load_checked_pair(job)
     step("loaded and checked the pair")
-    with bundle_writer(job.out, job.overwrite) as w:
+    cxx = package_compiler(job, log)
+    with bundle_writer(job.out, job.overwrite) as w, building_with(cxx):
         for name, model in loaded.items():
             w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths, head))
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
@@ -373,7 +382,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
                   "buckets": every_rank(buckets, job.tp),
                   "extra": {"opt": job.opt, "backend": job.backend, "package_width": width, "tp": job.tp,
-                            "drafter": drafter_record(loaded["drafter"].graph),
+                            "drafter": drafter_record(loaded["drafter"].graph), "cxx": cxx,
                             "compile_s": round(time.perf_counter() - t_start, 1)}})
         step("wrote the bundle")
     bar.close()

@@ -6,6 +6,8 @@ Runs from a source checkout with the machine's own torch (>= 2.11) and no `pip i
 yggc.graphs (./graphs) and yggc.passes (./passes) are made importable from the tree (an installed
 yggc is used as it is). Each section runs in its own child process (--in-process: not), so a crash
 or a poisoned CUDA context costs one section, not the run; a failing section is one FAIL row.
+Before any section that lowers packages, a toolchain row names the C++ compiler whose packages load
+(passes/toolchain.py); the sections build with it.
 
   device       GPU, torch/CUDA/triton; CudaGraphRunner replay == direct call                 (check)
   cuda-python  yggc.runtime.device.cuda_properties() via cuda.bindings; peak vs measured bandwidth
@@ -37,6 +39,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -231,6 +234,7 @@ SECTIONS: dict[str, tuple[Callable[[Context], Iterator[Row]], bool]] = {
     "demo-curve": (lambda c: sec_curve(c, "demo-curve"), False), "smollm2": (lambda c: sec_curve(c, "smollm2"), False)}
 
 
+NO_PACKAGES = {"device", "cuda-python"}  # the sections that lower nothing
 DIAGNOSTIC = {"aoti-load-pageout", "aoti-variants"}  # run only when named: they may crash on purpose
 DEFAULT_SECTIONS = [name for name in SECTIONS if name not in DIAGNOSTIC]
 
@@ -268,6 +272,23 @@ def run_child(name: str, ctx: Context, workload: list[str]) -> list[Row]:
         rc = None
     rows = report.read_rows(rows_file)
     return rows if rc == 0 else [*rows, report.child_failure_row(name, rc, SECTIONS[name][1], GRACE_S)]
+
+
+def toolchain_row() -> Row:
+    """Pick the C++ compiler whose CUDA packages load (passes/toolchain.py); the section children inherit it as
+    CXX. On the session-24 H100 the environment's CXX built packages that crashed torch's loader."""
+    from yggc.passes.toolchain import configured_compiler, loadable_compiler
+
+    from yggc.errors import YggcError
+
+    first = configured_compiler()
+    try:
+        cxx = loadable_compiler("cuda", log=log)
+    except YggcError as e:
+        return Row("toolchain", "C++ compiler whose packages load", str(e), "FAIL")
+    os.environ["CXX"] = cxx
+    return Row("toolchain", "C++ compiler whose packages load",
+               cxx if cxx == first else f"{cxx} (packages built by CXX={first} do not load)", "PASS")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -318,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     results = report.Results({"smoke": "tools/gpu_smoke.py", "gpu": torch.cuda.get_device_name(0),
                               "torch": torch.__version__, "cuda": torch.version.cuda,
                               "workload": " ".join(workload_args(args)), "budget_s": args.budget_s})
+    if set(args.sections) - NO_PACKAGES:
+        results.rows.append(toolchain_row())
     for name in args.sections:
         if time.time() > ctx.deadline:
             results.rows.append(Row(name, "not run", f"time budget ({args.budget_s:.0f} s) spent; run it with "

@@ -1,19 +1,13 @@
 """passes/load_probe.py: a package test-loaded in a child process; a crash or failure there is one clear line."""
 import pytest
-import torch
 from yggc.passes.load_probe import CHILD, probe_load
+from yggc.passes.toolchain import configured_compiler, lower_probe
 
 from yggc.errors import YggcError
 
 
-class Double(torch.nn.Module):
-    def forward(self, x):
-        return x * 2
-
-
-def test_a_package_that_loads_passes_the_probe(tmp_path):
-    path = tmp_path / "ok.pt2"
-    torch._inductor.aoti_compile_and_package(torch.export.export(Double(), (torch.randn(3),)), package_path=str(path))
+def test_the_toolchain_probe_package_loads_and_passes_the_probe(tmp_path):
+    path = lower_probe(configured_compiler(), "cpu", tmp_path / "ok.pt2")  # what toolchain.py builds per compiler
     probe_load(path, "cpu")  # the child imports this process's yggc and loads the package through it
 
 

@@ -96,6 +96,7 @@ def test_a_cuda_compile_test_loads_one_package_in_a_child_before_loading_any_in_
         raise YggcError("loading compiled bucket verifier_w1.pt2 on cuda killed a test process (SIGSEGV)")
 
     monkeypatch.setattr(pipeline, "probe_load", crashing_probe)
+    monkeypatch.setattr(pipeline, "loadable_compiler", lambda device, log: "g++")  # tests/passes/test_toolchain.py
     monkeypatch.setattr(pipeline, "CompiledModel", lambda *a, **k: pytest.fail("loaded a package in-process"))
     out = tmp_path / "b"
     with pytest.raises(YggcError, match="killed a test process"):

@@ -275,3 +275,23 @@ def test_aoti_variants_on_cpu_load_in_a_child_and_match_eager(tmp_path):
     rows = list(gpu_smoke_variants.sec_aoti_variants(gpu_smoke_measure.Context(tmp_path), "cpu", ("llama-o1",)))
     assert [r.item for r in rows] == ["llama-o1: lowered", "llama-o1: load + call == eager"]
     assert rows[1].status == "PASS"
+
+
+def test_the_toolchain_row_names_a_fallback_compiler_and_hands_it_to_the_sections(monkeypatch):
+    from yggc.passes import toolchain
+
+    from yggc.errors import YggcError
+
+    monkeypatch.setenv("CXX", "unchanged")
+    monkeypatch.setattr(toolchain, "configured_compiler", lambda: "/opt/gcc/bin/g++")
+    monkeypatch.setattr(toolchain, "loadable_compiler", lambda device, log: "/usr/bin/g++")
+    row = gpu_smoke.toolchain_row()
+    assert (row.status, row.value) == ("PASS", "/usr/bin/g++ (packages built by CXX=/opt/gcc/bin/g++ do not load)")
+    assert os.environ["CXX"] == "/usr/bin/g++"  # what the section children build with
+
+    def none_loads(device, log):
+        raise YggcError("no C++ compiler here builds packages torch 2.11.0 can load on cuda (g++: SIGSEGV)")
+
+    monkeypatch.setattr(toolchain, "loadable_compiler", none_loads)
+    row = gpu_smoke.toolchain_row()
+    assert row.status == "FAIL" and row.value.startswith("no C++ compiler here builds packages")
