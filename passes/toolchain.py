@@ -3,9 +3,9 @@
 On the H100 of session 24 (torch 2.11.0+cu130) the environment set CXX=/opt/gcc/bin/g++, a wrapper around
 GCC 13.3. Every package it linked, even a lone Linear, died with SIGSEGV at address 0 in the loader's
 constructor, inside the model's std::regex (the device-string parser). The same package built with
-/usr/bin/g++ loaded and ran. (On a CPU, a compiler that links libstdc++ statically builds packages that
-fail the same load, with an exception instead: tests/passes/test_toolchain.py.) So before
-lowering CUDA buckets, the compile builds one tiny package per candidate compiler and test-loads it in a
+/usr/bin/g++ loaded and ran. (What the wrapper does differently was not examined; on a CPU, a wrapper that
+adds -static-libstdc++ builds packages whose load fails in the same constructor, with an exception.) So
+before lowering CUDA buckets, the compile builds one tiny package per candidate compiler and test-loads it in a
 child process (load_probe.py); the first that loads builds the bundle.
 """
 from __future__ import annotations
@@ -84,5 +84,5 @@ def loadable_compiler(device: str, candidates: list[str] | None = None, log: Cal
                 log(f"yggc compile: packages built by {candidates[0]} do not load here; building with {cxx}")
             return cxx
     raise YggcError(f"no C++ compiler here builds packages torch {torch.__version__} can load on {device} "
-                    f"({'; '.join(failures)}); set CXX to a compiler that links the system's libstdc++ "
-                    "dynamically, or compile for the CPU")
+                    f"({'; '.join(failures)}); set CXX to the system's own C++ compiler (e.g. /usr/bin/g++), "
+                    "or compile for the CPU")
