@@ -20,9 +20,9 @@ from ..tree.verification import verify_greedy
 
 PROFILE_SCHEMA = "yggc-profile/1"
 # Where one package serves any width (O2), these widths are timed as well: a sparse verifier's cost follows
-# the experts its rows activate (MoESD's N(t)), and every model's GEMMs step up one row past a block of 16
-# (17, 33): the cost model needs points on both sides of those bends.
-PACKAGE_PROBE_WIDTHS = (2, 4, 8, 12, 16, 17, 24, 32, 33, 48, 64)
+# the experts its rows activate (MoESD's N(t)), and every model's GEMMs step up one row past a block of rows:
+# 16 on AMX (17, 33), 4 for the AVX2 bf16 kernel (5, 9). The cost model needs points on both sides of those bends.
+PACKAGE_PROBE_WIDTHS = (2, 4, 5, 8, 9, 12, 16, 17, 24, 32, 33, 48, 64)
 
 
 def probe_tokens(width: int, vocab: int, device) -> torch.Tensor:

@@ -141,8 +141,18 @@ def test_fit_finds_the_gemm_row_tile_from_points_on_both_sides_of_a_boundary():
     """One row past a block of 16 costs a block of compute: a step the smooth model cannot follow."""
     truth = CostCurve(3.0, 2.0, 0.2, 1.7, row_tile=16, tile_ms=2.0)
     assert truth(17) - truth(16) == pytest.approx(2.0 + 0.2, rel=1e-6)  # the block, and one more row past the knee
-    probe = [1, 2, 4, 8, 12, 16, 17, 24, 32, 33, 48, 64]
+    probe = [1, 2, 4, 5, 8, 9, 12, 16, 17, 24, 32, 33, 48, 64]  # passes/profile.py's widths
     fit = fit_cost_curve({w: truth(w) for w in probe})
     assert (fit.row_tile, fit.tile_ms) == (16, pytest.approx(2.0, rel=1e-6))
     assert all(fit(w) == pytest.approx(truth(w), rel=1e-6) for w in range(1, 65))
     assert fit_cost_curve({w: truth(w) for w in (1, 8, 16, 32, 64)}).row_tile == 0  # no point just past a boundary
+
+
+def test_fit_finds_the_avx2_kernels_4_row_blocks():
+    """Measured on Zen 3 (SmolLM2 bf16, yggc's 4 x 16 AVX2 kernel): each block of 4 rows costs about what the
+    first did, so a smooth curve through 4 and 8 rows misprices 5 (a verify of a root and 4 nodes) by a third."""
+    measured = {1: 15.6, 2: 16.4, 4: 18.9, 5: 27.4, 8: 28.3, 9: 34.0, 12: 39.4, 16: 48.5, 17: 60.7, 24: 70.9,
+                32: 85.9, 33: 98.4, 48: 143.2, 64: 183.4}
+    fit = fit_cost_curve(measured)
+    assert fit.row_tile == 4 and fit.tile_ms > 5
+    assert fit(5) - fit(4) > 5 and fit(5) == pytest.approx(27.4, rel=0.15)

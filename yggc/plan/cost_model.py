@@ -11,7 +11,7 @@
 - T_exp(t) = t K / N(t), Eq. 10: the rows each activated expert serves, which is what pushes an expert's
   GEMMs toward the compute-bound side.
 
-- tiles: GEMM kernels work on blocks of rows (16 for AMX tiles), so one row past a block boundary costs a
+- tiles: GEMM kernels work on blocks of rows (16 for AMX tiles, 4 for the AVX2 bf16 kernel), so one row past a block boundary costs a
   whole block of compute: tile_ms * (ceil(t / row_tile) - 1), a step MoESD's smooth model does not have
   (measured: 6.4 -> 8.5 ms from 16 to 17 rows on a 124 MB dense verifier, tools/bench_moe_cost.py).
 
@@ -29,7 +29,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 S_GRID = (1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0, 3.0, None)  # None: the hard corner
-TILE_GRID = (0, 8, 16, 32)  # rows per GEMM block; 0: no tile term
+# rows per GEMM block; 0: no tile term. 4: yggc's AVX2 bf16 micro-kernel (4 x 16 registers), whose every block of
+# 4 rows widens the weights again (Zen 3, SmolLM2 bf16: T(4) / T(5) / T(8) / T(9) = 18.9 / 27.4 / 28.3 / 34.0 ms)
+TILE_GRID = (0, 4, 8, 16, 32)
 
 
 def activated_experts(t: float, n_experts: int, top_k: int) -> float:
