@@ -90,17 +90,32 @@ def check_eagle3_pair(cfg: Eagle3Config, vcfg: ModelConfig, fingerprint: str | N
                               f"this verifier's is {fingerprint}); {fix}")
 
 
+# where a folder that keeps only the verifier's token embedding has it (an O2 bundle's verifier/, whose weights
+# are frozen into its package): a safetensors file under the folder, not among the checkpoint's own weight files
+EMBEDDING_ONLY = "embedding/embed_tokens.safetensors"
+EMBEDDING_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight")
+
+
 def read_embedding(verifier_dir: Path) -> torch.Tensor:
-    """The verifier's token embedding [V, H], read alone from its safetensors."""
-    for f in weight_files(verifier_dir):
+    """The verifier's token embedding [V, H], read alone from its safetensors (or from EMBEDDING_ONLY)."""
+    alone = verifier_dir / EMBEDDING_ONLY
+    for f in [alone] if alone.is_file() else weight_files(verifier_dir):
         try:
             with safe_open(str(f), framework="pt") as st:
-                for key in ("model.embed_tokens.weight", "embed_tokens.weight"):
+                for key in EMBEDDING_KEYS:
                     if key in st.keys():
                         return st.get_tensor(key)
         except Exception as e:  # safetensors' own error types for truncated/corrupt files
             raise CheckpointError(f"{f} cannot be read as safetensors ({e})") from None
     raise CheckpointError(f"{verifier_dir}: the verifier's embed_tokens.weight is missing")
+
+
+def save_embedding(embed: torch.Tensor, verifier_dir: Path) -> Path:
+    """Keep the verifier's token embedding [V, H] alone under verifier_dir (EMBEDDING_ONLY)."""
+    out = verifier_dir / EMBEDDING_ONLY
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file({EMBEDDING_KEYS[0]: embed.contiguous()}, str(out))
+    return out
 
 
 def to_eagle3_state(hf: dict[str, torch.Tensor], cfg: Eagle3Config, where: str) -> dict[str, torch.Tensor]:

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from ..bundle.machine import device_kind
 from ..errors import YggcError
+from ..graphs.eagle3_checkpoint import read_embedding, save_embedding
 from ..plan.objective import StageCosts
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime import models
@@ -126,9 +127,15 @@ def package_width(job: CompileJob) -> int:
 
 def stores_weights(name: str, opt: str, widths: dict[str, list[int]], head: bool) -> bool:
     """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights, unless
-    an EAGLE-3 head reads the verifier's token embedding from them at load, or is the model (its feature fusion
-    and its sampled drafting run eagerly)."""
-    return not (opt == "O2" and widths[name] and not head)
+    the model is an EAGLE-3 head (its feature fusion and its sampled drafting run eagerly). Beside a head, an
+    O2 verifier keeps its token embedding alone (keep_head_embedding)."""
+    return not (opt == "O2" and widths[name]) or (head and name == "drafter")
+
+
+def keep_head_embedding(w: BundleWriter, verifier_dir: Path, job: CompileJob) -> None:
+    """The head gathers its input rows from the verifier's token embedding, which an O2 verifier package holds
+    only for its own use: the bundle keeps that one tensor (in the bundle's dtype) instead of the checkpoint."""
+    save_embedding(read_embedding(Path(verifier_dir)).to(job.dtype), w.path("verifier/config.json").parent)
 
 
 def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
@@ -343,6 +350,8 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     with bundle_writer(job.out, job.overwrite) as w, building_with(cxx):
         for name, model in loaded.items():
             w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths, head))
+        if head and not stores_weights("verifier", job.opt, widths, head):
+            keep_head_embedding(w, loaded["verifier"].path, job)
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
         if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and buckets:
             probe_load(w.root / buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile

@@ -19,6 +19,7 @@ import torch  # noqa: E402
 
 import yggc  # noqa: E402
 from yggc.bench.floor import weight_bytes  # noqa: E402
+from yggc.runtime.drafters import is_head  # noqa: E402
 
 IMPORTED_S = time.perf_counter() - T0
 
@@ -55,6 +56,8 @@ def main() -> None:
     n = sum(1 for _ in steps)
     on_disk = sum(p.stat().st_size for p in args.bundle.rglob("*") if p.is_file())
     weights = weight_bytes(rt.verifier.graph) + weight_bytes(rt.drafter.graph)  # tied weights once
+    if is_head(rt.drafter.graph):  # its token embedding is the verifier's, counted there
+        weights -= weight_bytes(rt.drafter.graph.embed)
     print(json.dumps({
         "bundle_mb": round(on_disk / 1e6, 1), "weights_mb": round(weights / 1e6, 1),
         "bundle_over_weights": round(on_disk / weights, 3),

@@ -6,7 +6,13 @@ import shutil
 import pytest
 import torch
 from checkpoints import write_checkpoint
-from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eagle3
+from yggc.graphs.eagle3_checkpoint import (
+    EMBEDDING_ONLY,
+    head_base_config,
+    new_eagle3,
+    read_embedding,
+    save_eagle3,
+)
 from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
@@ -14,7 +20,6 @@ from yggc.cli.main import main
 from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
-from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_inputs import HeadBucket
 from yggc.runtime.eagle3_decoder import Eagle3Decoder
 from yggc.tree.sampling import SamplingParams
@@ -38,42 +43,39 @@ def tokens(dec, prompt, n):
 
 @pytest.fixture(scope="module")
 def bundles(pair_dirs, tmp_path_factory):
-    """bundles(opt, dtype) -> the pair's bundle at SHAPE, compiled once for the module."""
+    """bundles(dtype) -> the pair's O2 bundle at SHAPE, compiled once for the module."""
     made = {}
 
-    def get(opt: str, dtype: torch.dtype):
-        if (opt, dtype) not in made:
+    def get(dtype: torch.dtype):
+        if dtype not in made:
             out = tmp_path_factory.mktemp("e3bundle") / "bundle"
-            compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=dtype, max_seq=96, profile_repeats=2, opt=opt),
+            compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=dtype, max_seq=96, profile_repeats=2, opt="O2"),
                            log=lambda m: None)
-            made[opt, dtype] = out
-        return made[opt, dtype]
+            made[dtype] = out
+        return made[dtype]
 
     return get
 
 
-@pytest.mark.parametrize("opt, dtype", [("O1", torch.bfloat16), ("O2", torch.float32), ("O2", torch.bfloat16)])
-def test_compiled_eagle3_decoding_is_lossless(bundles, opt, dtype):
-    """Against the bundle's own autoregressive decoding: O1 (fused draft and verify phases, bf16 end to end:
-    weights, KV caches, compiled buckets; compiled and eager bf16 kernels round differently, so eager bf16 AR
-    is not the reference) and O2 (one verifier package that also returns the features, the head's own package
-    fed the gathered embedding rows, eager phases around them; the verifier's weights live only in its package;
-    AR runs the same batch-invariant kernels). O1 in
-    float32 against eager decoding: test_calibrated_eagle3_bundle below."""
-    rt = Runtime.load(bundles(opt, dtype))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
+    """O2: one verifier package that also returns the features, the head's own package fed the gathered
+    embedding rows, eager phases around them; the verifier's weights live only in its package (the bundle keeps
+    its token embedding alone, for the head); AR runs the same batch-invariant kernels, so it is the reference
+    in bf16 too. O1 (the fused draft and verify phases): test_calibrated_eagle3_bundle below."""
+    out = bundles(dtype)
+    stored = sorted(f.relative_to(out).as_posix() for f in out.rglob("*.safetensors"))
+    assert stored == ["drafter/model.safetensors", f"verifier/{EMBEDDING_ONLY}"]  # no verifier checkpoint
+    assert torch.equal(read_embedding(out / "verifier"), read_embedding(pair_dirs[0]).to(dtype))
+    rt = Runtime.load(out)
     assert rt.manifest.extra["drafter"] == {"kind": "eagle3", "feature_layers": [0, 1, 1]}
     assert rt.verifier.graph.caches()[0].k.dtype == dtype and rt.drafter.graph.caches()[0].k.dtype == dtype
     tree = rt.decoder(speculative=True)
     assert isinstance(tree, Eagle3Decoder)
-    if opt == "O1":
-        assert set(rt.draft_runners) == {(3, 2)} and set(rt.verify_runners) == {(3, 2, 4)}
-        assert tree.run_draft is rt.draft_runners[(3, 2)]
-        assert rt.verifier.graph.embed.weight.dtype == dtype
-    else:
-        assert rt.compiled["verifier"].features and not rt.draft_runners and not rt.verifier.graph.has_weights
-        head = rt.compiled["drafter"]  # the head's own package at every width, without the verifier's embedding
-        assert tree.drafter is head and isinstance(head.any_width, HeadBucket)
-        assert not any("embed" in name for name in head.any_width.runner.get_constant_fqns())
+    assert rt.compiled["verifier"].features and not rt.draft_runners and not rt.verifier.graph.has_weights
+    head = rt.compiled["drafter"]  # the head's own package at every width, without the verifier's embedding
+    assert tree.drafter is head and isinstance(head.any_width, HeadBucket)
+    assert not any("embed" in name for name in head.any_width.runner.get_constant_fqns())
     ref_dec = rt.decoder(speculative=False)
     for seed in range(3):
         prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -83,7 +85,7 @@ def test_compiled_eagle3_decoding_is_lossless(bundles, opt, dtype):
 
 def test_manifest_must_match_the_head(bundles, tmp_path):
     out = tmp_path / "bundle"
-    shutil.copytree(bundles("O2", torch.float32), out)
+    shutil.copytree(bundles(torch.float32), out)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["extra"]["drafter"] = {"kind": "llama"}
     (out / "manifest.json").write_text(json.dumps(manifest))
@@ -93,7 +95,10 @@ def test_manifest_must_match_the_head(bundles, tmp_path):
 
 def test_calibrated_eagle3_bundle(tmp_path, capsys):
     """--calib with a head: its eager steps are profiled, the calibration text decoded with head trees, a shape
-    chosen from those trees, and the chosen shape's phases decode losslessly."""
+    chosen from those trees, and the chosen shape's phases decode losslessly. O1 (CompileJob's default; the CUDA
+    one) in bf16 end to end: weights, KV caches, the fused draft and verify phases. Compiled and eager bf16
+    kernels round differently, so the bundle's own compiled AR is the reference (O1 in float32 against eager
+    decoding: test_compiled.py)."""
     v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=2)  # a verifier with a tokenizer for the text
     head = new_eagle3(v, torch.arange(0, 300, 3), 2, seed=2, init_std=0.3)
     pair = (v, save_eagle3(head, head_base_config(v), tmp_path / "head"))
@@ -102,7 +107,8 @@ def test_calibrated_eagle3_bundle(tmp_path, capsys):
     spec = CalibrationSpec((calib,), n_prompts=2, prompt_tokens=12, new_tokens=16, max_depth=3, widths=(1, 2),
                            probe=False)  # the verifier's probe widths: two O1 packages fewer
     out = tmp_path / "bundle"
-    compile_bundle(CompileJob(*pair, out, None, max_seq=128, profile_repeats=1, calib=spec), log=lambda m: None)
+    compile_bundle(CompileJob(*pair, out, None, dtype=torch.bfloat16, max_seq=128, profile_repeats=1, calib=spec),
+                   log=lambda m: None)
     profile = json.loads((out / "profile.json").read_text())
     assert set(profile["models"]["drafter"]["bucket_ms"]) == {"1", "4", "8"}
     record = json.loads((out / "calibration.json").read_text())
@@ -113,10 +119,13 @@ def test_calibrated_eagle3_bundle(tmp_path, capsys):
     assert main(["inspect", str(out)]) == 0
     assert "drafter: EAGLE-3 head over the verifier's layers [0, 1, 1]" in capsys.readouterr().out
     rt = Runtime.load(out)
+    assert rt.verifier.graph.embed.weight.dtype == torch.bfloat16 == rt.drafter.graph.caches()[0].k.dtype
     assert set(rt.draft_runners) == {(shape.depth, shape.width)}
+    assert set(rt.verify_runners) == {(shape.depth, shape.width, shape.verify)}
+    tree = rt.decoder(speculative=True)
+    assert tree.run_draft is rt.draft_runners[(shape.depth, shape.width)]
     prompt = [11, 42, 7, 250, 3, 99]
-    assert tokens(rt.decoder(speculative=True), prompt, 30) == tokens(
-        AutoregressiveDecoder(rt.verifier.graph, rt.verifier.layout), prompt, 30)
+    assert tokens(tree, prompt, 30) == tokens(rt.decoder(speculative=False), prompt, 30)
 
 
 def test_per_iteration_shapes_through_the_head_package_equal_compiled_ar(bundles):
@@ -124,7 +133,7 @@ def test_per_iteration_shapes_through_the_head_package_equal_compiled_ar(bundles
     every iteration; output equals the bundle's AR through the same kernels."""
     from trees import CyclingPolicy
 
-    rt = Runtime.load(bundles("O2", torch.bfloat16))
+    rt = Runtime.load(bundles(torch.bfloat16))
     shapes = (TreeShape(3, 2, 5), TreeShape(1, 2, 2), TreeShape(4, 1, 4), TreeShape(2, 3, 6), TreeShape(1, 1, 1))
     ref_dec = rt.decoder(speculative=False)
     rt.policy = CyclingPolicy(shapes)
