@@ -113,10 +113,11 @@ def test_shipped_drafter_is_lossless_in_bfloat16(smollm2):
     text = json.loads((SHIPPED_DRAFTER / "prompts.json").read_text())["prompts"][0]["text"]
     ids = verifier.tokenizer.encode(text).ids
     ar = AutoregressiveDecoder(verifier.graph, verifier.layout)
-    want = [t for chunk in ar.stream(ids, 48, SamplingParams()) for t in chunk]
+    n = 32  # the first flip is at token 21
+    want = [t for chunk in ar.stream(ids, n, SamplingParams()) for t in chunk]
     spec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, TreeShape(4, 2, 8))
-    assert [t for chunk in spec.stream(ids, 48, SamplingParams()) for t in chunk] == want
-    assert spec.stats.n_iterations < 48 * 2 // 3  # more than 1.5 tokens per iteration
+    assert [t for chunk in spec.stream(ids, n, SamplingParams()) for t in chunk] == want
+    assert spec.stats.n_iterations < n * 2 // 3  # more than 1.5 tokens per iteration
 
 
 SHIPPED_EAGLE3 = Path(models.__file__).parents[1] / "smollm2_eagle3"
