@@ -98,3 +98,17 @@ def test_corrupt_draft_map_is_refused(ckpt_root, verifier_dir, head_dir):
     save_file(tensors, str(bad / "model.safetensors"))
     with pytest.raises(CheckpointError, match="d2t does not map the draft vocabulary onto distinct verifier tokens"):
         load_eagle3(bad, verifier_dir, 8)
+
+
+def test_loading_a_head_imports_no_sympy(verifier_dir, head_dir):
+    """Building the head on the meta device stays off torch's Python refs, whose import of sympy (via
+    symbolic_shapes) cost `Runtime.load` of the SmolLM2 head bundle about 0.5 s."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom yggc.graphs.eagle3_checkpoint import load_eagle3\n"
+            f"head = load_eagle3({str(head_dir)!r}, {str(verifier_dir)!r}, 8)\n"
+            "assert head.draft_ids.numel() == 100\nprint('sympy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
