@@ -135,7 +135,7 @@ def stores_weights(name: str, opt: str, widths: dict[str, list[int]], head: bool
 def keep_head_embedding(w: BundleWriter, verifier_dir: Path, job: CompileJob) -> None:
     """The head gathers its input rows from the verifier's token embedding, which an O2 verifier package holds
     only for its own use: the bundle keeps that one tensor (in the bundle's dtype) instead of the checkpoint."""
-    save_embedding(read_embedding(Path(verifier_dir)).to(job.dtype), w.path("verifier/config.json").parent)
+    save_embedding(read_embedding(Path(verifier_dir)).to(job.dtype), w.root / "verifier")
 
 
 def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
