@@ -26,7 +26,7 @@ setup(
         "jinja2>=3.1",  # chat templates
     ],
     extras_require={
-        "dev": ["pytest>=7", "pytest-xdist>=3.5", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4", "matplotlib>=3.5",
+        "dev": ["pytest>=7", "pytest-xdist>=3.8", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4", "matplotlib>=3.5",
                 "fastapi>=0.110", "uvicorn>=0.29", "openai>=1.40", "httpx>=0.27"],
         "serve": ["fastapi>=0.110", "uvicorn>=0.29"],  # yggc serve: the OpenAI-compatible HTTP server
         "plot": ["matplotlib>=3.5"],
