@@ -110,12 +110,11 @@ def read_embedding(verifier_dir: Path) -> torch.Tensor:
     raise CheckpointError(f"{verifier_dir}: the verifier's embed_tokens.weight is missing")
 
 
-def save_embedding(embed: torch.Tensor, verifier_dir: Path) -> Path:
+def save_embedding(embed: torch.Tensor, verifier_dir: Path) -> None:
     """Keep the verifier's token embedding [V, H] alone under verifier_dir (EMBEDDING_ONLY)."""
     out = verifier_dir / EMBEDDING_ONLY
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file({EMBEDDING_KEYS[0]: embed.contiguous()}, str(out))
-    return out
 
 
 def to_eagle3_state(hf: dict[str, torch.Tensor], cfg: Eagle3Config, where: str) -> dict[str, torch.Tensor]:
