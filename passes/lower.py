@@ -13,6 +13,7 @@ O2: one package per model with the width W dynamic too (1..max_width), serving e
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -23,9 +24,9 @@ from ..graphs import LlamaGraph
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
-from ..runtime import attention_op
+from ..runtime import kernel_ops
 from ..runtime.verify_phase import GreedyVerifyPhase
-from . import attention_kernel, avx2_bf16_gemm, avx512_bf16_gemm
+from . import avx2_bf16_gemm, avx512_bf16_gemm, kernel_library, tied_head
 from .frozen_export import FrozenForward
 
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
@@ -58,8 +59,8 @@ def exported_attention(device: str) -> AttendFn:
     than Inductor's loops over attend_rowwise's products; CUDA: attend_rowwise, compiled to Triton."""
     if device_kind(device) != "cpu":
         return attend_rowwise
-    attention_kernel.build()
-    return attention_op.attend_rows
+    kernel_library.build()
+    return kernel_ops.attend_rows
 
 
 def example_inputs(width: int, max_seq: int, device: str) -> tuple[torch.Tensor, ...]:
@@ -82,8 +83,8 @@ def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple | dic
     sparse = any(isinstance(m, MoeFeedForward) for m in graph.modules())
     torch._inductor.aoti_compile_and_package(program, package_path=str(out_path),
                                              inductor_configs=inductor_config(opt, device, sparse))
-    if attend is attention_op.attend_rows:  # the packages call the op: the runtime loads it from beside them
-        attention_kernel.install_beside(out_path)
+    if attend is kernel_ops.attend_rows:  # the packages call the op: the runtime loads it from beside them
+        kernel_library.install_beside(out_path)
     return out_path
 
 
@@ -111,10 +112,11 @@ def lower_frozen(module: FrozenForward, graph: torch.nn.Module, inputs: tuple, m
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
                 opt: str = "O2", features: bool = False) -> Path:
     """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
-    in and the caches as trailing inputs -> one package."""
-    module = FrozenForward(graph, "forward_features" if features else "forward")
-    inputs = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
-    return lower_frozen(module, graph, inputs, max_width, max_seq, out_path, device, opt)
+    in and the caches as trailing inputs -> one package. A tied bf16 table is held once where tied_head applies."""
+    with tied_head.packed_table(graph) if tied_head.applies(graph, device, opt) else nullcontext():
+        module = FrozenForward(graph, "forward_features" if features else "forward")
+        inputs = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
+        return lower_frozen(module, graph, inputs, max_width, max_seq, out_path, device, opt)
 
 
 def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",

@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 import yggc.graphs.llama as llama
 import yggc.passes.lower as lower
-from yggc.passes import attention_kernel
+from yggc.passes import kernel_library
 from yggc.passes.profile import bucket_latency_ms
 
-from yggc.runtime import attention_op, models
+from yggc.runtime import kernel_ops, models
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import causal_rows
 
@@ -46,7 +46,7 @@ def attend_bmm(q, keys, values, mask):
     return (num / e.sum(-1, keepdim=True)).to(q.dtype).view(H, W, hd)
 
 
-FORMULATIONS = {"kernel": attention_op.attend_rows, "rowwise": llama.attend_rowwise, "sdpa": attend_sdpa,
+FORMULATIONS = {"kernel": kernel_ops.attend_rows, "rowwise": llama.attend_rowwise, "sdpa": attend_sdpa,
                 "bmm": attend_bmm}
 
 
@@ -78,7 +78,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     v = models.load(args.model, models.parse_dtype(args.dtype), 1024)
     if not args.out.exists():
-        attention_kernel.build()
+        kernel_library.build()
         lower.exported_attention = lambda device: FORMULATIONS[args.attention]
         lower.CPU_GEMM_BACKENDS = args.backends or ("CPP,ATEN" if args.attention == "bmm" else "CPP")
         t0 = time.perf_counter()

@@ -122,9 +122,9 @@ def load_and_call(folder: Path, device: str) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from yggc.runtime import attention_op
+    from yggc.runtime import kernel_ops
 
-    attention_op.load_beside(folder / "package.pt2")  # CPU packages call yggc's attention op
+    kernel_ops.load_beside(folder / "package.pt2")  # CPU packages call yggc's attention op
     runner = torch._inductor.aoti_load_package(str(folder / "package.pt2"))
     print(f"{SECTION}: constructed", file=sys.stderr, flush=True)
     consts = load_file(folder / "consts.safetensors", device=device)

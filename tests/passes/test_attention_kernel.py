@@ -5,14 +5,14 @@ import math
 
 import pytest
 import torch
-from yggc.passes import attention_kernel
+from yggc.passes import kernel_library
 
-from yggc.runtime import attention_op
+from yggc.runtime import kernel_ops
 
 
 @pytest.fixture(scope="module", autouse=True)
 def library():
-    return attention_kernel.build()
+    return kernel_library.build()
 
 
 def cache_views(n_kv: int, n_slots: int, S: int, hd: int, dtype, seed: int):
@@ -38,7 +38,7 @@ def test_matches_float64_attention(dtype, tol, H, n_kv, hd):
     q = torch.randn(H, 7, hd, generator=torch.Generator().manual_seed(1)).to(dtype)
     mask = torch.rand(7, 40, generator=torch.Generator().manual_seed(2)) < 0.6
     mask[:, 0] = True
-    out = attention_op.attend_rows(q, keys, values, mask)
+    out = kernel_ops.attend_rows(q, keys, values, mask)
     assert out.dtype == dtype and out.shape == q.shape
     torch.testing.assert_close(out.double(), reference(q, keys, values, mask), atol=tol, rtol=tol)
 
@@ -56,16 +56,16 @@ def test_rows_do_not_depend_on_width_or_slot_placement(dtype):
     for j in range(rows):  # a random subset of the earlier tree slots as ancestors, and the row itself
         mask[j, prefix:prefix + j] = torch.rand(j, generator=g) < 0.5
         mask[j, prefix + j] = True
-    wide = attention_op.attend_rows(q, keys, values, mask)
+    wide = kernel_ops.attend_rows(q, keys, values, mask)
     for j in range(rows):
-        one = attention_op.attend_rows(q[:, j:j + 1], keys, values, mask[j:j + 1])
+        one = kernel_ops.attend_rows(q[:, j:j + 1], keys, values, mask[j:j + 1])
         assert torch.equal(one[:, 0], wide[:, j])
         visible = mask[j].nonzero().flatten()
         k2, v2 = (torch.zeros(3, 256, hd, dtype=dtype) for _ in range(2))
         k2[:, :len(visible)], v2[:, :len(visible)] = keys[:, visible], values[:, visible]
         compact = torch.zeros(1, len(visible) + 5, dtype=torch.bool)
         compact[0, :len(visible)] = True
-        moved = attention_op.attend_rows(q[:, j:j + 1], k2[:, :len(visible) + 5], v2[:, :len(visible) + 5], compact)
+        moved = kernel_ops.attend_rows(q[:, j:j + 1], k2[:, :len(visible) + 5], v2[:, :len(visible) + 5], compact)
         assert torch.equal(moved[:, 0], wide[:, j])
 
 
@@ -79,28 +79,28 @@ def test_strided_queries_and_mask_read_as_their_copies(dtype):
     wide[:, :, 0] = True
     mask = wide[:, 1]  # [W, S], row stride 80
     assert not q.is_contiguous() and not mask.is_contiguous()
-    out = attention_op.attend_rows(q, keys, values, mask)
+    out = kernel_ops.attend_rows(q, keys, values, mask)
     assert out.is_contiguous() and out.shape == q.shape
-    assert torch.equal(out, attention_op.attend_rows(q.contiguous(), keys, values, mask.contiguous()))
+    assert torch.equal(out, kernel_ops.attend_rows(q.contiguous(), keys, values, mask.contiguous()))
 
 
 def test_a_row_that_sees_nothing_is_zero():
     keys, values = cache_views(1, 8, 8, 16, torch.float32, seed=3)
     mask = torch.zeros(2, 8, dtype=torch.bool)
     mask[1, :3] = True
-    out = attention_op.attend_rows(torch.randn(2, 2, 16), keys, values, mask)
+    out = kernel_ops.attend_rows(torch.randn(2, 2, 16), keys, values, mask)
     assert torch.equal(out[:, 0], torch.zeros(2, 16)) and out[:, 1].abs().sum() > 0
 
 
 def test_bad_shapes_are_refused_with_a_message():
     keys, values = cache_views(1, 8, 8, 16, torch.float32, seed=3)
     with pytest.raises(RuntimeError, match="mask must be"):
-        attention_op.attend_rows(torch.randn(2, 3, 16), keys, values, torch.ones(2, 8, dtype=torch.bool))
+        kernel_ops.attend_rows(torch.randn(2, 3, 16), keys, values, torch.ones(2, 8, dtype=torch.bool))
 
 
 def test_the_library_is_installed_beside_a_package_and_loads_from_there(tmp_path):
     package = tmp_path / "verifier.pt2"
-    attention_kernel.install_beside(package)
-    assert (tmp_path / attention_op.LIBRARY).read_bytes() == attention_kernel.build().read_bytes()
-    attention_op.load_beside(package)  # already registered in this process: a no-op, not a second registration
-    assert attention_op.registered()
+    kernel_library.install_beside(package)
+    assert (tmp_path / kernel_ops.LIBRARY).read_bytes() == kernel_library.build().read_bytes()
+    kernel_ops.load_beside(package)  # already registered in this process: a no-op, not a second registration
+    assert kernel_ops.registered()

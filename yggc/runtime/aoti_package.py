@@ -15,7 +15,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..errors import YggcError
-from . import attention_op
+from . import kernel_ops
 from .file_pages import pages_out_after
 
 MODEL_NAME = "model"  # the name aoti_compile_and_package gives the one model in a package
@@ -26,7 +26,7 @@ class Package:
         # Linux hands out AMX tile state only to a process that asks for it; Inductor's ISA probe asks as a
         # side effect, and a package with AMX kernels run without it dies of SIGILL. False without AMX.
         torch.cpu._init_amx()
-        attention_op.load_beside(Path(path))  # CPU packages call the attention kernel op
+        kernel_ops.load_beside(Path(path))  # CPU packages call the attention kernel op
         self.loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, run_single_threaded, 1, -1)
         self.out_spec = pytree.treespec_loads(self.loader.get_call_spec()[1])
         self.one_output = self.out_spec.is_leaf()
