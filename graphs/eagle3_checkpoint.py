@@ -25,6 +25,7 @@ from safetensors.torch import save_file
 from .checkpoint import _check_dir, _read_json, load_config, materialize, read_hf_tensors, weight_files
 from .config import CheckpointError, ModelConfig
 from .eagle3 import Eagle3Config, Eagle3Graph, default_feature_layers
+from .packed_table import PackedEmbedding
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 LAYER = "midlayer."
@@ -117,6 +118,29 @@ def save_embedding(embed: torch.Tensor, verifier_dir: Path) -> None:
     save_file({EMBEDDING_KEYS[0]: embed.contiguous()}, str(out))
 
 
+# the same table in packed_table's blocks, where the verifier's package takes it as an input instead of holding
+# it (the head and the package then share one copy); its fingerprint is the row-major table's, kept beside it
+PACKED_EMBEDDING, PACKED_KEY = "embedding/embed_packed.safetensors", "embed_packed"
+
+
+def save_packed_embedding(packed: torch.Tensor, fingerprint: str, verifier_dir: Path) -> None:
+    out = verifier_dir / PACKED_EMBEDDING
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_file({PACKED_KEY: packed.contiguous()}, str(out), metadata={"fingerprint": fingerprint})
+
+
+def read_packed_embedding(verifier_dir: Path) -> tuple[torch.Tensor, str] | None:
+    """(the packed table, the row-major table's fingerprint) if verifier_dir keeps PACKED_EMBEDDING, else None."""
+    path = verifier_dir / PACKED_EMBEDDING
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="pt") as st:
+            return st.get_tensor(PACKED_KEY), (st.metadata() or {})["fingerprint"]
+    except Exception as e:  # safetensors' own error types for truncated/corrupt files; a missing key
+        raise CheckpointError(f"{path} cannot be read as the verifier's packed embedding ({e})") from None
+
+
 def to_eagle3_state(hf: dict[str, torch.Tensor], cfg: Eagle3Config, where: str) -> dict[str, torch.Tensor]:
     hf = {k.removeprefix("model."): v for k, v in hf.items()}
 
@@ -143,12 +167,19 @@ def load_eagle3(model_dir: str | Path, verifier_dir: str | Path, n_slots: int, d
     """The head of `model_dir`, checked against and bound to the verifier of `verifier_dir`."""
     path, vpath = _check_dir(model_dir), _check_dir(verifier_dir)
     cfg = load_eagle3_config(path)
-    embed = read_embedding(vpath)
-    check_eagle3_pair(cfg, load_config(vpath), embedding_fingerprint(embed), f"EAGLE-3 head {path}")
+    packed = read_packed_embedding(vpath)
+    if packed:
+        embed, fingerprint = packed
+    else:
+        embed = read_embedding(vpath)
+        fingerprint = embedding_fingerprint(embed)
+    check_eagle3_pair(cfg, load_config(vpath), fingerprint, f"EAGLE-3 head {path}")
     state = to_eagle3_state(read_hf_tensors(path), cfg, str(path))
-    state["embed.weight"] = embed
     with torch.device("meta"):
         graph = Eagle3Graph(cfg, n_slots, dtype)
+    if packed:  # the rows are gathered from the table the verifier's package reads too: bound, not copied
+        graph.embed = PackedEmbedding(torch.nn.Parameter(embed.to(device), requires_grad=False))
+    state["embed.packed" if packed else "embed.weight"] = embed
     materialize(graph, device)
     graph.rope.fill()  # materialize left the RoPE tables empty
     graph.attn.cache.k.zero_(), graph.attn.cache.v.zero_()

@@ -44,21 +44,28 @@ class _Method(nn.Module):
 
 class FrozenForward(nn.Module):
     """(the method's inputs, e.g. input_ids [W], position_ids [W], cache_slots [W], attn_mask [W, S]; then
-    k0, v0, k1, v1, ...) -> graph.<method>(...) with the caches passed in (method: "forward" -> logits,
-    "forward_features", or an EAGLE-3 head's "forward_embedded"). `unused`: parameters the method never reads,
-    left out of the package. Holds transposed copies of the linear weights: build it for an export only."""
+    k0, v0, k1, v1, ...; then the `fed` tensors) -> graph.<method>(...) with the caches passed in (method:
+    "forward" -> logits, "forward_features", or an EAGLE-3 head's "forward_embedded"). `unused`: parameters the
+    method never reads, left out of the package. `fed`: parameters passed in after the caches instead of
+    frozen in (a table the runtime shares with another model), one input per tensor whatever its names.
+    Holds transposed copies of the linear weights: build it for an export only."""
 
-    def __init__(self, graph: nn.Module, method: str = "forward", unused: tuple[str, ...] = ()):
+    def __init__(self, graph: nn.Module, method: str = "forward", unused: tuple[str, ...] = (),
+                 fed: tuple[str, ...] = ()):
         super().__init__()
         self.__dict__["call"] = _Method(graph, method)  # not a submodule: its tensors are registered below
         caches, transpose = {id(t) for t in graph.cache_tensors()}, linear_only_weights(graph)
         caches |= {id(t) for name, t in graph.named_parameters() if name in unused}  # `method` never reads them
+        fed_ids = [id(t) for name, t in graph.named_parameters() if name in fed]
+        self.fed: list[list[str]] = [[] for _ in fed_ids]  # per fed input: every "graph." name it goes by
         self.sources: dict[str, str] = {}  # "graph." + the graph's tensor name -> this module's attribute
         self.transposed: set[str] = set()
         registered: dict[int, str] = {}  # tied tensors are registered once
         for fqn, t in itertools.chain(graph.named_parameters(remove_duplicate=False),
                                       graph.named_buffers(remove_duplicate=False)):
-            if id(t) in caches:
+            if id(t) in fed_ids:
+                self.fed[fed_ids.index(id(t))].append("graph." + fqn)
+            if id(t) in caches or id(t) in fed_ids:
                 continue
             if id(t) not in registered:
                 registered[id(t)] = name = flat_name(fqn)
@@ -76,6 +83,9 @@ class FrozenForward(nn.Module):
         return t.t() if attr in self.transposed else t  # [out, in] again, as nn.Linear expects
 
     def forward(self, *inputs):
-        """The method's inputs, then the caches (k0, v0, k1, v1, ...)."""
+        """The method's inputs, then the caches (k0, v0, k1, v1, ...), then the fed tensors."""
         tensors = {fqn: self.graph_tensor(attr) for fqn, attr in self.sources.items()}
+        if self.fed:
+            inputs, fed = inputs[:-len(self.fed)], inputs[-len(self.fed):]
+            tensors.update({fqn: t for names, t in zip(self.fed, fed) for fqn in names})
         return torch.func.functional_call(self.call, tensors, inputs, tie_weights=False)

@@ -101,22 +101,29 @@ def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, de
 
 
 def lower_frozen(module: FrozenForward, graph: torch.nn.Module, inputs: tuple, max_width: int, max_seq: int,
-                 out_path: Path, device: str, opt: str) -> Path:
+                 out_path: Path, device: str, opt: str, fed: tuple[torch.Tensor, ...] = ()) -> Path:
     """A FrozenForward of `graph` whose method takes `inputs` (width-first, the attention mask last) at every
-    width 1..max_width and cache view, the caches (clones: no aliasing) as static trailing inputs -> one package."""
-    width, caches = Dim("W", min=1, max=max_width), tuple(t.clone() for t in graph.cache_tensors())
-    dims = (*({0: width} for _ in inputs[:-1]), {0: width, 1: view_dim(max_seq)}, *(None for _ in caches))
-    return compile_program(module, (*inputs, *caches), {"inputs": dims}, out_path, opt, device)
+    width 1..max_width and cache view, the caches (clones: no aliasing) and then the module's `fed` tensors as
+    static trailing inputs -> one package."""
+    width = Dim("W", min=1, max=max_width)
+    static = tuple(t.detach().clone() for t in (*graph.cache_tensors(), *fed))
+    dims = (*({0: width} for _ in inputs[:-1]), {0: width, 1: view_dim(max_seq)}, *(None for _ in static))
+    return compile_program(module, (*inputs, *static), {"inputs": dims}, out_path, opt, device)
 
 
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
-                opt: str = "O2", features: bool = False) -> Path:
+                opt: str = "O2", features: bool = False, table_input: bool = False) -> Path:
     """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
-    in and the caches as trailing inputs -> one package. A tied bf16 table is held once where tied_head applies."""
-    with tied_head.packed_table(graph) if tied_head.applies(graph, device, opt) else nullcontext():
-        module = FrozenForward(graph, "forward_features" if features else "forward")
+    in and the caches as trailing inputs -> one package. A tied bf16 table is held once where tied_head applies;
+    table_input: the packed table is then the package's last input instead of a constant (an EAGLE-3 head
+    gathers its rows from the same tensor)."""
+    packs = tied_head.applies(graph, device, opt)
+    with tied_head.packed_table(graph) if packs else nullcontext():
+        fed = ("embed.packed",) if packs and table_input else ()
+        module = FrozenForward(graph, "forward_features" if features else "forward", fed=fed)
         inputs = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
-        return lower_frozen(module, graph, inputs, max_width, max_seq, out_path, device, opt)
+        return lower_frozen(module, graph, inputs, max_width, max_seq, out_path, device, opt,
+                            tuple(graph.embed.packed for _ in fed))
 
 
 def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
@@ -126,7 +133,7 @@ def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: 
     (embedded [W, H], feature [W, H], position_ids, cache_slots, attn_mask [W, S], k, v) -> (logits, feature)."""
     _, pos, slots, mask = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
     rows = torch.zeros(pos.shape[0], head.cfg.hidden_size, dtype=head.fc.weight.dtype, device=device)
-    module = FrozenForward(head, "forward_embedded", unused=("embed.weight",))
+    module = FrozenForward(head, "forward_embedded", unused=("embed.weight", "embed.packed"))
     return lower_frozen(module, head, (rows, rows.clone(), pos, slots, mask), max_width, max_seq, out_path, device,
                         opt)
 

@@ -19,7 +19,6 @@ from tqdm import tqdm
 
 from ..bundle.machine import device_kind
 from ..errors import YggcError
-from ..graphs.eagle3_checkpoint import read_embedding, save_embedding
 from ..plan.objective import StageCosts
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime import models
@@ -33,6 +32,7 @@ from ..runtime.drafters import (
     features_package,
     is_head,
     load_drafter,
+    package_inputs,
     speculative_decoder,
     verify_phase,
 )
@@ -41,6 +41,7 @@ from ..runtime.tensor_parallel import rank_world, verifier_loader
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .decode_check import check_prompts, decode_check
+from .kept_weights import keep_head_embedding, stores_weights
 from .load_probe import probe_load
 from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
@@ -125,19 +126,6 @@ def package_width(job: CompileJob) -> int:
     return widest
 
 
-def stores_weights(name: str, opt: str, widths: dict[str, list[int]], head: bool) -> bool:
-    """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights, unless
-    the model is an EAGLE-3 head (its feature fusion and its sampled drafting run eagerly). Beside a head, an
-    O2 verifier keeps its token embedding alone (keep_head_embedding)."""
-    return not (opt == "O2" and widths[name]) or (head and name == "drafter")
-
-
-def keep_head_embedding(w: BundleWriter, verifier_dir: Path, job: CompileJob) -> None:
-    """The head gathers its input rows from the verifier's token embedding, which an O2 verifier package holds
-    only for its own use: the bundle keeps that one tensor (in the bundle's dtype) instead of the checkpoint."""
-    save_embedding(read_embedding(Path(verifier_dir)).to(job.dtype), w.root / "verifier")
-
-
 def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
                          step) -> list[dict]:
     """O2: one package per model (lowered the first time the model is asked for) behind all its buckets."""
@@ -149,7 +137,8 @@ def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[i
                 lower_head_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
             else:
                 lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
-                            features_package(name, job.opt, loaded["drafter"].graph))
+                            features_package(name, job.opt, loaded["drafter"].graph),
+                            table_input=bool(package_inputs(name, loaded["drafter"].graph)))
             step(f"lowered {name} at every width 1..{package_width(job)}")
         buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
                     for width in widths[name]]
@@ -351,13 +340,14 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         for name, model in loaded.items():
             w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths, head))
         if head and not stores_weights("verifier", job.opt, widths, head):
-            keep_head_embedding(w, loaded["verifier"].path, job)
+            keep_head_embedding(w, loaded, job.dtype, job.device, job.opt)
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
         if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and buckets:
             probe_load(w.root / buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile
         width = package_width(job) if job.opt == "O2" else 0
+        drafter = loaded["drafter"].graph
         compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width,
-                                        features_package(name, job.opt, loaded["drafter"].graph))
+                                        features_package(name, job.opt, drafter), package_inputs(name, drafter))
                     for name, m in loaded.items()}
         shape, plan, measured, candidates, adaptive = job.shape, {"source": "compile flags"}, None, None, None
         if job.calib:

@@ -4,8 +4,8 @@ the table in the tied-head kernel's blocked layout.
 Inductor's C++ GEMM template repacks the LM head's weight into its own blocks, and the embedding gather
 needs the rows as they were, so a model whose head is its embedding carried the table twice (SmolLM2's
 verifier 57 MB, its drafter 25 MB). Here the table is laid out once as the kernel yggc::tied_head_v1 reads
-it (VNNI-2 blocks of 16 columns, the template's own arithmetic: same bits, same speed on AVX2), and the
-graph gathers embedding rows from those blocks.
+it (graphs/packed_table.py: VNNI-2 blocks of 16 columns; the template's own arithmetic: same bits, same speed
+on AVX2), and the graph gathers embedding rows from those blocks.
 
 Only where that kernel is the fast choice: bf16 weights on an AVX2 CPU. With AVX-512 or AMX the template's
 kernels for wide verifies are faster than the kernel's AVX2 FMAs, so those packages keep two copies.
@@ -18,33 +18,9 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ..graphs.packed_table import PackedEmbedding, pack_table
 from ..runtime import kernel_ops
 from . import kernel_library
-
-COLUMNS = 16  # columns per block (kernels/tied_head.cpp kCols)
-
-
-def pack_table(table: torch.Tensor) -> torch.Tensor:
-    """table [N, K] -> [ceil(N / 16), K / 2, 16, 2]: packed[b, p, j, t] = table[16 b + j, 2 p + t] (zero rows past N)."""
-    n, k = table.shape
-    blocks = -(-n // COLUMNS)
-    padded = torch.cat([table, table.new_zeros(blocks * COLUMNS - n, k)])
-    return padded.view(blocks, COLUMNS, k // 2, 2).permute(0, 2, 1, 3).contiguous()
-
-
-def gather_rows(packed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """ids [W] -> the table's rows [W, K], read from the packed blocks."""
-    rows = packed[ids // COLUMNS, :, ids % COLUMNS, :]  # [W, K/2, 2]
-    return rows.reshape(ids.shape[0], -1)
-
-
-class PackedEmbedding(nn.Module):
-    def __init__(self, packed: nn.Parameter):
-        super().__init__()
-        self.packed = packed
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return gather_rows(self.packed, ids)
 
 
 class PackedHead(nn.Module):

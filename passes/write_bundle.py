@@ -85,14 +85,24 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _file_mode() -> int:
+    """The mode a file created now gets (0o666 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _hash_tree(root: Path) -> dict[str, str]:
-    """{relative path: sha256} of every file but the manifest, each fsynced; symlinks are refused."""
-    files = {}
+    """{relative path: sha256} of every file but the manifest, each fsynced and given the mode any new file gets
+    (safetensors' save_file writes 0600 files, which a bundle shared with other users could not read);
+    symlinks are refused."""
+    files, mode = {}, _file_mode()
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
         if p.is_symlink():
             raise YggcError(f"bundle file {rel} is a symlink; copy the file into the bundle instead")
         if p.is_file() and rel != MANIFEST:
+            p.chmod(mode)
             files[rel] = file_sha256(p)
         _fsync(p)
     return files

@@ -49,13 +49,15 @@ CONFIGS = {
 # a vocabulary small enough that exact next-token distributions can be checked by counting
 TINY_VOCAB = dict(model_type="llama", vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False)
+TINY_VOCAB_TIED = {**TINY_VOCAB, "tie_word_embeddings": True}
 # deep enough for EasySpec's inner layer sets (layers 1-3 and 4, first and last excluded)
 LLAMA_DEEP = dict(model_type="llama", vocab_size=300, hidden_size=48, intermediate_size=64, num_hidden_layers=6,
                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
 # a tied bf16 table (8.4 MB) larger than a package's code, so the package's size shows how often it is stored
 LLAMA_WIDE_TIED = dict(model_type="llama", vocab_size=16384, hidden_size=256, intermediate_size=256,
                        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
-CONFIGS_ALL = {**CONFIGS, "tiny_vocab": TINY_VOCAB, "llama_deep": LLAMA_DEEP, "llama_wide_tied": LLAMA_WIDE_TIED}
+CONFIGS_ALL = {**CONFIGS, "tiny_vocab": TINY_VOCAB, "tiny_vocab_tied": TINY_VOCAB_TIED, "llama_deep": LLAMA_DEEP,
+               "llama_wide_tied": LLAMA_WIDE_TIED}
 
 
 def make_tokenizer(vocab_size: int = 300) -> Tokenizer:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 from torch.export import Dim
+from yggc.graphs.packed_table import pack_table
 from yggc.passes import kernel_library
 from yggc.passes.lower import inductor_config
-from yggc.passes.tied_head import pack_table
 
 from yggc.runtime import kernel_ops
 from yggc.runtime.aoti_package import load_package

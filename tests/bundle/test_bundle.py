@@ -102,6 +102,22 @@ def test_round_trip(tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_every_file_is_as_readable_as_the_manifest(tmp_path):
+    """safetensors' save_file writes 0600 files (the kept embedding, the predictor): the writer gives every file
+    the mode a new file gets, so a bundle compiled by one user can be served by another."""
+    src = tmp_path / "src"
+    make_model_dir(src / "verifier", 11)
+    make_model_dir(src / "drafter", 11)
+    with BundleWriter(tmp_path / "bundle") as w:
+        w.copy_model_dir(src / "verifier", "verifier")
+        w.copy_model_dir(src / "drafter", "drafter")
+        save_file({"w": torch.zeros(2)}, str(w.path("verifier/embedding/t.safetensors")))
+        w.finish(FIELDS | {"buckets": []})
+    modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777
+             for p in (tmp_path / "bundle").rglob("*") if p.is_file()}
+    assert set(modes.values()) == {modes["bundle/manifest.json"]}, modes
+
+
 def test_sharded_model_and_partial_manifest(tmp_path):
     out, written = write_bundle(tmp_path, fields=Manifest(device="cpu", dtype="float32", max_seq=32), sharded=True)
     assert (out / "verifier" / "model.safetensors.index.json").exists()

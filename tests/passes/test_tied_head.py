@@ -4,8 +4,8 @@ the table, and a row's bits do not depend on how many rows share the call or whe
 
 import pytest
 import torch
+from yggc.graphs.packed_table import gather_rows, pack_table
 from yggc.passes import kernel_library
-from yggc.passes.tied_head import gather_rows, pack_table
 
 from yggc.runtime import kernel_ops
 

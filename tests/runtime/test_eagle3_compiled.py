@@ -8,11 +8,14 @@ import torch
 from checkpoints import write_checkpoint
 from yggc.graphs.eagle3_checkpoint import (
     EMBEDDING_ONLY,
+    PACKED_EMBEDDING,
     head_base_config,
     new_eagle3,
     read_embedding,
     save_eagle3,
 )
+from yggc.graphs.packed_table import pack_table
+from yggc.passes import tied_head
 from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
@@ -32,7 +35,7 @@ SHAPE = TreeShape(3, 2, 4)
 @pytest.fixture(scope="module")
 def pair_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("e3pair")
-    v = write_checkpoint(root / "v", "tiny_vocab", seed=5)
+    v = write_checkpoint(root / "v", "tiny_vocab_tied", seed=5)  # tied: in bf16 the head shares the packed table
     head = new_eagle3(v, torch.arange(8), 2, seed=5, init_std=0.3)
     return v, save_eagle3(head, head_base_config(v), root / "head")
 
@@ -49,8 +52,10 @@ def bundles(pair_dirs, tmp_path_factory):
     def get(dtype: torch.dtype):
         if dtype not in made:
             out = tmp_path_factory.mktemp("e3bundle") / "bundle"
-            compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=dtype, max_seq=96, profile_repeats=2, opt="O2"),
-                           log=lambda m: None)
+            with pytest.MonkeyPatch.context() as mp:  # the tied-head kernel on any CPU (the default on AVX2)
+                mp.setattr(tied_head, "kernel_is_fastest", lambda: True)
+                compile_bundle(CompileJob(*pair_dirs, out, SHAPE, dtype=dtype, max_seq=96, profile_repeats=2,
+                                          opt="O2"), log=lambda m: None)
             made[dtype] = out
         return made[dtype]
 
@@ -61,13 +66,23 @@ def bundles(pair_dirs, tmp_path_factory):
 def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     """O2: one verifier package that also returns the features, the head's own package fed the gathered
     embedding rows, eager phases around them; the verifier's weights live only in its package (the bundle keeps
-    its token embedding alone, for the head); AR runs the same batch-invariant kernels, so it is the reference
-    in bf16 too. O1 (the fused draft and verify phases): test_calibrated_eagle3_bundle below."""
+    its token embedding alone, for the head: in bf16 as the packed table the verifier's package takes as an
+    input, one tensor for both); AR runs the same batch-invariant kernels, so it is the reference in bf16 too.
+    O1 (the fused draft and verify phases): test_calibrated_eagle3_bundle below."""
     out = bundles(dtype)
     stored = sorted(f.relative_to(out).as_posix() for f in out.rglob("*.safetensors"))
-    assert stored == ["drafter/model.safetensors", f"verifier/{EMBEDDING_ONLY}"]  # no verifier checkpoint
-    assert torch.equal(read_embedding(out / "verifier"), read_embedding(pair_dirs[0]).to(dtype))
+    embed = read_embedding(pair_dirs[0]).to(dtype)
     rt = Runtime.load(out)
+    verifier = rt.compiled["verifier"].any_width
+    if dtype == torch.float32:  # the package holds its own table; the bundle keeps the rows for the head
+        assert stored == ["drafter/model.safetensors", f"verifier/{EMBEDDING_ONLY}"]  # no verifier checkpoint
+        assert torch.equal(read_embedding(out / "verifier"), embed)
+        assert verifier.caches == tuple(rt.verifier.graph.cache_tensors())
+    else:  # one copy: the bundle's packed table, bound to the head and passed to the verifier's package
+        assert stored == ["drafter/model.safetensors", f"verifier/{PACKED_EMBEDDING}"]
+        table = rt.drafter.graph.embed.packed
+        assert torch.equal(table, pack_table(embed)) and verifier.caches[-1] is table
+        assert not any("embed" in name for name in verifier.runner.get_constant_fqns())
     assert rt.manifest.extra["drafter"] == {"kind": "eagle3", "feature_layers": [0, 1, 1]}
     assert rt.verifier.graph.caches()[0].k.dtype == dtype and rt.drafter.graph.caches()[0].k.dtype == dtype
     tree = rt.decoder(speculative=True)

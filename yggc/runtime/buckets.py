@@ -64,14 +64,16 @@ def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGra
     return graphed
 
 
-def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor"):
+def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor",
+                        fed: tuple[torch.Tensor, ...] = ()):
+    """The package at `path` bound to `graph`'s weights or caches (O2: and to the `fed` tensors it takes last)."""
     if backend == "tensorrt":
         from .tensorrt_buckets import load_tensorrt_bucket  # imports torch_tensorrt: only when asked for
 
         return load_tensorrt_bucket(path, graph)
     if opt == "O2":  # weights frozen in, caches as inputs: nothing to bind
-        bucket = HeadBucket if isinstance(graph, Eagle3Graph) else CacheInputBucket
-        return bucket(load_package(path, next(graph.buffers()).is_cuda), graph)
+        runner = load_package(path, next(graph.buffers()).is_cuda)
+        return HeadBucket(runner, graph) if isinstance(graph, Eagle3Graph) else CacheInputBucket(runner, graph, fed)
     return load_bucket(path, graph)
 
 
@@ -79,11 +81,14 @@ class CompiledModel:
     """A LlamaGraph whose forward runs the compiled bucket of the input's width (eager otherwise).
 
     features=True: its packages were lowered from the graph's forward_features (an O2 verifier paired with
-    an EAGLE-3 head) and return (logits, features); the forward keeps the logits, forward_features both."""
+    an EAGLE-3 head) and return (logits, features); the forward keeps the logits, forward_features both.
+    fed: tensors its O2 packages take after the caches (drafters.package_inputs)."""
 
     def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
-                 backend: str = "inductor", package_width: int = 0, features: bool = False):
+                 backend: str = "inductor", package_width: int = 0, features: bool = False,
+                 fed: tuple[torch.Tensor, ...] = ()):
         self.graph, self.cfg, self.opt, self.backend, self.features = graph, graph.cfg, opt, backend, features
+        self.fed = fed
         self.runners: dict[int, object] = {}  # the bundle's buckets: width -> runner
         self.packages: dict[Path, object] = {}  # loaded once, whatever number of widths they serve
         self.package_width = package_width  # O2: the one package also takes any other width up to this
@@ -96,7 +101,7 @@ class CompiledModel:
         is loaded once."""
         for w, path in sorted(packages.items()):
             if path not in self.packages:
-                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend)
+                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend, self.fed)
             run = self.packages[path]
             if self.package_width:
                 self.any_width = run

@@ -6,10 +6,11 @@ import torch
 
 
 class CacheInputBucket:
-    """A loaded package whose K/V caches are inputs, bound to the model's own cache tensors."""
+    """A loaded package whose K/V caches are inputs, bound to the model's own cache tensors (and then to the
+    `fed` tensors it takes after them: an embedding table it shares with an EAGLE-3 head)."""
 
-    def __init__(self, runner, graph: torch.nn.Module):
-        self.runner, self.caches = runner, graph.cache_tensors()
+    def __init__(self, runner, graph: torch.nn.Module, fed: tuple[torch.Tensor, ...] = ()):
+        self.runner, self.caches = runner, (*graph.cache_tensors(), *fed)
 
     def __call__(self, *inputs):
         return self.runner(*inputs, *self.caches)

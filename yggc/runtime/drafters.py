@@ -13,6 +13,7 @@ import torch
 from ..graphs import check_pair, load_config
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.eagle3_checkpoint import check_eagle3_pair, is_eagle3, load_eagle3, load_eagle3_config
+from ..graphs.packed_table import PackedEmbedding
 from ..plan.shape import TreeShape
 from .cache_layout import CacheLayout
 from .draft_phase import DraftPhase
@@ -67,6 +68,13 @@ def features_package(name: str, opt: str, drafter) -> bool:
     """Whether model `name`'s packages return (logits, features): the O2 verifier of an EAGLE-3 pairing
     (at O1 the verify phase is its own package and the verifier's 1-token bucket needs no features)."""
     return name == "verifier" and opt == "O2" and is_head(drafter)
+
+
+def package_inputs(name: str, drafter) -> tuple[torch.Tensor, ...]:
+    """What model `name`'s O2 package takes after its caches: an EAGLE-3 head bound to a packed embedding table
+    (graphs.packed_table) shares it with the verifier's package, which takes it as its last input."""
+    embed = getattr(getattr(drafter, "graph", drafter), "embed", None)
+    return (embed.packed,) if name == "verifier" and isinstance(embed, PackedEmbedding) else ()
 
 
 def is_head(drafter) -> bool:

@@ -94,8 +94,10 @@ class Runtime:
         buckets = [b for b in manifest.buckets if b.get("rank", rank) == rank]  # a TP rank's, and the shared ones
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in buckets if b["model"] == name and b["kind"] == "forward"}
+            drafter = loaded["drafter"].graph
             compiled[name] = CompiledModel(model.graph, files, opt, backend, manifest.extra.get("package_width", 0),
-                                           drafters.features_package(name, opt, loaded["drafter"].graph))
+                                           drafters.features_package(name, opt, drafter),
+                                           drafters.package_inputs(name, drafter))
         plan = json.loads((path / "plan.json").read_text())
         shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))

@@ -1,0 +1,36 @@
+"""What a bundle keeps of each model's checkpoint beside its compiled packages.
+
+An O2 package carries its model's weights, so the bundle leaves the safetensors out, except for an EAGLE-3
+head (its feature fusion and sampled drafting run eagerly) and the one tensor the head borrows from the
+verifier: the token embedding it gathers its input rows from.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..graphs.eagle3_checkpoint import embedding_fingerprint, read_embedding, save_embedding, save_packed_embedding
+from ..graphs.packed_table import PackedEmbedding, pack_table
+from . import tied_head
+from .write_bundle import BundleWriter
+
+
+def stores_weights(name: str, opt: str, widths: dict[str, list[int]], head: bool) -> bool:
+    """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights, unless
+    the model is an EAGLE-3 head (its feature fusion and its sampled drafting run eagerly). Beside a head, an
+    O2 verifier keeps its token embedding alone (keep_head_embedding)."""
+    return not (opt == "O2" and widths[name]) or (head and name == "drafter")
+
+
+def keep_head_embedding(w: BundleWriter, loaded: dict, dtype: torch.dtype, device: str, opt: str) -> None:
+    """The head gathers its input rows from the verifier's token embedding, which an O2 verifier package holds
+    only for its own use: the bundle keeps that one tensor (in the bundle's dtype) instead of the checkpoint.
+    Where the verifier's package would hold its tied table in packed_table's blocks (passes/tied_head.py), the
+    bundle keeps those blocks instead, the package takes them as an input, and the head (here and at load) is
+    bound to them: one copy of the table in the bundle and in memory."""
+    embed = read_embedding(loaded["verifier"].path).to(dtype)
+    if not tied_head.applies(loaded["verifier"].graph, device, opt):
+        save_embedding(embed, w.root / "verifier")
+        return
+    packed = torch.nn.Parameter(pack_table(embed), requires_grad=False)
+    save_packed_embedding(packed, embedding_fingerprint(embed), w.root / "verifier")
+    loaded["drafter"].graph.embed = PackedEmbedding(packed)
