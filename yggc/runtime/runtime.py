@@ -92,9 +92,9 @@ class Runtime:
         compiled, opt, backend = {}, manifest.extra.get("opt", "O1"), manifest.extra.get("backend", "inductor")
         rank = rank_world()[0]
         buckets = [b for b in manifest.buckets if b.get("rank", rank) == rank]  # a TP rank's, and the shared ones
+        drafter = loaded["drafter"].graph
         for name, model in loaded.items():
             files = {b["width"]: path / b["file"] for b in buckets if b["model"] == name and b["kind"] == "forward"}
-            drafter = loaded["drafter"].graph
             compiled[name] = CompiledModel(model.graph, files, opt, backend, manifest.extra.get("package_width", 0),
                                            drafters.features_package(name, opt, drafter),
                                            drafters.package_inputs(name, drafter))
