@@ -178,7 +178,7 @@ def load_eagle3(model_dir: str | Path, verifier_dir: str | Path, n_slots: int, d
     with torch.device("meta"):
         graph = Eagle3Graph(cfg, n_slots, dtype)
     if packed:  # the rows are gathered from the table the verifier's package reads too: bound, not copied
-        graph.embed = PackedEmbedding(torch.nn.Parameter(embed.to(device), requires_grad=False))
+        graph.embed = PackedEmbedding(embed.to(device))
     state["embed.packed" if packed else "embed.weight"] = embed
     materialize(graph, device)
     graph.rope.fill()  # materialize left the RoPE tables empty

@@ -26,11 +26,11 @@ def gather_rows(packed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 class PackedEmbedding(nn.Module):
-    """nn.Embedding's forward over a packed table."""
+    """nn.Embedding's forward over a packed table (a Parameter is kept as it is, so modules can share it)."""
 
-    def __init__(self, packed: nn.Parameter):
+    def __init__(self, packed: torch.Tensor):
         super().__init__()
-        self.packed = packed
+        self.packed = packed if isinstance(packed, nn.Parameter) else nn.Parameter(packed, requires_grad=False)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return gather_rows(self.packed, ids)

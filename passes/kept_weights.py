@@ -31,6 +31,6 @@ def keep_head_embedding(w: BundleWriter, loaded: dict, dtype: torch.dtype, devic
     if not tied_head.applies(loaded["verifier"].graph, device, opt):
         save_embedding(embed, w.root / "verifier")
         return
-    packed = torch.nn.Parameter(pack_table(embed), requires_grad=False)
-    save_packed_embedding(packed, embedding_fingerprint(embed), w.root / "verifier")
-    loaded["drafter"].graph.embed = PackedEmbedding(packed)
+    head_embed = PackedEmbedding(pack_table(embed))
+    save_packed_embedding(head_embed.packed, embedding_fingerprint(embed), w.root / "verifier")
+    loaded["drafter"].graph.embed = head_embed

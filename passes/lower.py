@@ -112,18 +112,19 @@ def lower_frozen(module: FrozenForward, graph: torch.nn.Module, inputs: tuple, m
 
 
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
-                opt: str = "O2", features: bool = False, table_input: bool = False) -> Path:
+                opt: str = "O2", features: bool = False, shared_table: tuple[torch.Tensor, ...] = ()) -> Path:
     """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
     in and the caches as trailing inputs -> one package. A tied bf16 table is held once where tied_head applies;
-    table_input: the packed table is then the package's last input instead of a constant (an EAGLE-3 head
-    gathers its rows from the same tensor)."""
+    shared_table: (the packed table,) an EAGLE-3 head gathers its rows from, which the package then takes as its
+    last input instead of holding it (drafters.package_inputs)."""
     packs = tied_head.applies(graph, device, opt)
-    with tied_head.packed_table(graph) if packs else nullcontext():
-        fed = ("embed.packed",) if packs and table_input else ()
-        module = FrozenForward(graph, "forward_features" if features else "forward", fed=fed)
+    if shared_table and not packs:
+        raise ValueError("lower_model: a shared table needs a tied bf16 graph that tied_head applies to")
+    with tied_head.packed_table(graph, *shared_table) if packs else nullcontext():
+        module = FrozenForward(graph, "forward_features" if features else "forward",
+                               fed=("embed.packed",) if shared_table else ())
         inputs = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)
-        return lower_frozen(module, graph, inputs, max_width, max_seq, out_path, device, opt,
-                            tuple(graph.embed.packed for _ in fed))
+        return lower_frozen(module, graph, inputs, max_width, max_seq, out_path, device, opt, shared_table)
 
 
 def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",

@@ -138,7 +138,7 @@ def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[i
             else:
                 lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
                             features_package(name, job.opt, loaded["drafter"].graph),
-                            table_input=bool(package_inputs(name, loaded["drafter"].graph)))
+                            shared_table=package_inputs(name, loaded["drafter"].graph))
             step(f"lowered {name} at every width 1..{package_width(job)}")
         buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
                     for width in widths[name]]

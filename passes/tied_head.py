@@ -46,12 +46,13 @@ def applies(graph: nn.Module, device: str, opt: str) -> bool:
 
 
 @contextmanager
-def packed_table(graph: nn.Module) -> Iterator[None]:
-    """graph.embed and graph.lm_head read one packed table while the context lasts (for an export)."""
+def packed_table(graph: nn.Module, packed: torch.Tensor | None = None) -> Iterator[None]:
+    """graph.embed and graph.lm_head read one packed table while the context lasts (for an export): `packed`
+    (the table already packed, e.g. the one an EAGLE-3 head shares), else graph.embed's packed here."""
     kernel_library.build()
     embed, head = graph.embed, graph.lm_head
-    packed = nn.Parameter(pack_table(embed.weight.detach()), requires_grad=False)
-    graph.embed, graph.lm_head = PackedEmbedding(packed), PackedHead(packed, embed.weight.shape[0])
+    graph.embed = PackedEmbedding(pack_table(embed.weight.detach()) if packed is None else packed)
+    graph.lm_head = PackedHead(graph.embed.packed, embed.weight.shape[0])
     try:
         yield
     finally:
