@@ -15,6 +15,7 @@ from yggc.tree.prune import prune_topk
 from yggc.tree.recursive_rejection import verify_tree_rrs
 from yggc.tree.sampled_egt import race_keys, sampled_egt_root_step, sampled_egt_step
 from yggc.tree.sampling import SamplingParams, target_probs
+from yggc.tree.traversal import verify_tree_traversal
 from yggc.tree.verification import verify_tree_sampling
 
 VOCAB = 5
@@ -69,6 +70,8 @@ def draft_and_verify(prefix: tuple, D: int, W: int, V: int, params: SamplingPara
                      for i in sub_ids.tolist()]).double()                               # [V+1, vocab]
     if rule == "rrs":
         path, token = verify_tree_rrs(sub.tokens, sub.parents, p, draft_rows[sub_ids], gen)
+    elif rule == "traversal":
+        path, token = verify_tree_traversal(sub.tokens, sub.parents, p, draft_rows[sub_ids], gen)
     else:
         path, token = verify_tree_sampling(sub.tokens, sub.parents, p, gen, sub.cum_logp)
     return [int(sub.tokens[i]) for i in path] + [token]

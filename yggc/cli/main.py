@@ -68,10 +68,10 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verify", type=NON_NEGATIVE, default=None, help="verify nodes V (default D*W)")
     p.add_argument("--chain-rule", choices=["block", "token"], default="block",
                    help="verification rule for chains (W=1) when sampling (default block)")
-    p.add_argument("--tree-rule", choices=["rrs", "point-mass"], default="rrs",
-                   help="rule for trees (W>1) when sampling: rrs grows the tree from drafter samples and "
-                        "verifies it by recursive rejection sampling; point-mass verifies the greedy-grown "
-                        "tree (default rrs)")
+    p.add_argument("--tree-rule", choices=["rrs", "traversal", "point-mass"], default="rrs",
+                   help="rule for trees (W>1) when sampling: rrs and traversal grow the tree from drafter "
+                        "samples and verify it by recursive rejection sampling or by traversal verification "
+                        "(leaves first, whole paths); point-mass verifies the greedy-grown tree (default rrs)")
 
 
 def build_parser() -> argparse.ArgumentParser:

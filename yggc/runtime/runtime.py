@@ -120,7 +120,7 @@ class Runtime:
     def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block",
                 tree_rule: str = "rrs", adaptive: bool = True, sampling: bool = False):
         """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict. At T > 0,
-        chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs" or "point-mass").
+        chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs", "traversal" or "point-mass").
         Greedy decoding picks each iteration's shape with the bundle's depth predictor unless a shape is
         given or adaptive=False. sampling=True (a T > 0 request) takes the plan calibrated at a temperature,
         where the bundle has one."""

@@ -25,6 +25,7 @@ from ..tree.recursive_rejection import verify_tree_rrs
 from ..tree.sampled_egt import race_keys, sampled_egt_root_step, sampled_egt_step
 from ..tree.sampling import SamplingParams, next_token, sample_index, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
+from ..tree.traversal import verify_tree_traversal
 from ..tree.verification import verify_tree_sampling
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
 from .cache_layout import CacheLayout, prefill
@@ -33,6 +34,9 @@ from .models import device_scope, model_device
 from .stats import DecodeStats
 from .trace import NoTrace, StageTrace
 from .verify_phase import GreedyVerifyPhase
+
+# rules for a tree grown from drafter samples (T > 0, W > 1); "point-mass" verifies the greedy-grown tree instead
+SAMPLED_TREE_RULES = {"rrs": verify_tree_rrs, "traversal": verify_tree_traversal}
 
 
 @dataclass
@@ -59,7 +63,7 @@ class SpeculativeDecoder:
         self.bonus_logits: torch.Tensor | None = None  # [vocab] the verifier's logits that chose the current root
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
         self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
-        self.tree_rule = tree_rule  # T > 0, W > 1: "rrs" (sampled tree) or "point-mass" (greedy-grown tree)
+        self.tree_rule = tree_rule  # T > 0, W > 1: a SAMPLED_TREE_RULES key, or "point-mass" (greedy-grown tree)
         self.on_sampled_verify = None  # (draft, kept ids, verifier probs [V+1, vocab]) -> None: calibration's hook
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.stats = DecodeStats()
@@ -208,7 +212,8 @@ class SpeculativeDecoder:
             tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
             path = list(range(1, tau + 1))
         elif draft.q_rows is not None:
-            path, token = verify_tree_rrs(sub.tokens, sub.parents, probs, draft.q_rows[kept], gen)
+            rule = SAMPLED_TREE_RULES[self.tree_rule]
+            path, token = rule(sub.tokens, sub.parents, probs, draft.q_rows[kept], gen)
         else:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
         path = torch.tensor(path, dtype=torch.long)
@@ -268,10 +273,10 @@ class SpeculativeDecoder:
         return new, n + 1 + k, self.next_pending(new, last_id, draft)
 
     def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
-        """T > 0: a sampled chain (W = 1), a sampled tree (rrs) or the greedy-grown tree (point-mass)."""
+        """T > 0: a sampled chain (W = 1), a sampled tree (rrs, traversal) or the greedy-grown tree (point-mass)."""
         if self.shape.width == 1:
             return self.draft_chain_sampled(pending, n, params, gen)
-        if self.tree_rule == "rrs":
+        if self.tree_rule in SAMPLED_TREE_RULES:
             return self.draft_tree_sampled(pending, n, params, gen)
         return self.draft_tree(pending, n)
 
