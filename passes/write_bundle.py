@@ -1,6 +1,7 @@
 """Write a graph bundle atomically: fill a hidden temporary directory next to the output, hash every
 file, write manifest.json, fsync, rename into place. Any exception (KeyboardInterrupt included)
-deletes the temporary directory, and `clean_stale_partials` removes what a SIGKILLed compile left.
+deletes the temporary directory, a stop request (SIGTERM) deletes it at once, and `clean_stale_partials`
+removes what a SIGKILLed compile left.
 """
 from __future__ import annotations
 
@@ -130,13 +131,18 @@ def _assemble(fields: Manifest | dict[str, Any], files: dict[str, str], models: 
 
 
 _stop_requested = False
+_open_roots: set[Path] = set()  # the partial directories of the writers now open in this process
 
 
 def request_stop() -> None:
-    """A termination signal arrived: from now on no bundle is committed. The KeyboardInterrupt its handler
-    raises is printed and dropped when it lands inside a weakref or GC callback; the writer does not rely on it."""
+    """A termination signal arrived: from now on no bundle is committed, and every open writer's partial directory
+    goes now. The writer does not rely on the KeyboardInterrupt the handler raises: it is printed and dropped when
+    it lands inside a weakref or GC callback, and the process can die while it unwinds through native frames
+    (a partial directory was seen left behind that way, under load)."""
     global _stop_requested
     _stop_requested = True
+    for root in list(_open_roots):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def stop_requested() -> bool:
@@ -160,6 +166,7 @@ class BundleWriter:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.root = _temp_name(self.out, "partial")
         self.root.mkdir()
+        _open_roots.add(self.root)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -169,6 +176,7 @@ class BundleWriter:
                     raise KeyboardInterrupt  # terminated: the partial directory goes, nothing is committed
                 self._commit()
         finally:
+            _open_roots.discard(self.root)
             if self.root is not None and self.root.exists():
                 shutil.rmtree(self.root, ignore_errors=True)
         return False

@@ -141,6 +141,8 @@ def test_requested_stop_commits_nothing_even_when_the_interrupt_was_dropped(tmp_
     with pytest.raises(KeyboardInterrupt), BundleWriter(tmp_path / "bundle") as w:
         w.write_json("profile.json", {})
         wb.request_stop()  # the handler ran; its interrupt never reached this frame
+        assert leftovers(tmp_path) == []  # the partial directory went with the request, before any unwinding
+        w.write_json("profile.json", {})  # work that goes on until the next step's check writes a new one
     assert not (tmp_path / "bundle").exists() and leftovers(tmp_path) == []
 
 
