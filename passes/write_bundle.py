@@ -171,9 +171,11 @@ class BundleWriter:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
+            if _stop_requested and (exc_type is None or not issubclass(exc_type, KeyboardInterrupt)):
+                # terminated: nothing is committed, and an error after the request (a file written into the
+                # directory the request removed) is its consequence: an interrupt, not a traceback
+                raise KeyboardInterrupt from exc
             if exc_type is None:
-                if _stop_requested:
-                    raise KeyboardInterrupt  # terminated: the partial directory goes, nothing is committed
                 self._commit()
         finally:
             _open_roots.discard(self.root)

@@ -144,6 +144,11 @@ def test_requested_stop_commits_nothing_even_when_the_interrupt_was_dropped(tmp_
         assert leftovers(tmp_path) == []  # the partial directory went with the request, before any unwinding
         w.write_json("profile.json", {})  # work that goes on until the next step's check writes a new one
     assert not (tmp_path / "bundle").exists() and leftovers(tmp_path) == []
+    with pytest.raises(KeyboardInterrupt), BundleWriter(tmp_path / "bundle") as w:
+        target = w.path("artifacts/verifier.pt2")  # a path taken before the request
+        wb.request_stop()
+        target.write_bytes(b"x")  # its directory is gone: the error surfaces as the interrupt it follows from
+    assert leftovers(tmp_path) == []
 
 
 def test_bad_finish_leaves_nothing(tmp_path):
