@@ -137,8 +137,8 @@ _open_roots: set[Path] = set()  # the partial directories of the writers now ope
 def request_stop() -> None:
     """A termination signal arrived: from now on no bundle is committed, and every open writer's partial directory
     goes now. The writer does not rely on the KeyboardInterrupt the handler raises: it is printed and dropped when
-    it lands inside a weakref or GC callback, and the process can die while it unwinds through native frames
-    (a partial directory was seen left behind that way, under load)."""
+    it lands inside a weakref or GC callback, and a process that dies while it unwinds never reaches the cleanup
+    (a compile SIGTERMed under load once left its partial directory behind; the path was not reproduced)."""
     global _stop_requested
     _stop_requested = True
     for root in list(_open_roots):
