@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from yggc.errors import YggcError
-from yggc.tree.sampling import SamplingParams, row_argmax, target_probs
+from yggc.tree import sampling
+from yggc.tree.sampling import SamplingParams, row_argmax, target_probs, top_p_drop
 
 LOGITS = torch.log(torch.tensor([0.40, 0.25, 0.15, 0.10, 0.06, 0.04]))
 
@@ -23,6 +24,34 @@ def test_top_k_keeps_the_k_likeliest():
 def test_top_p_keeps_the_smallest_prefix_reaching_the_mass():
     assert kept(SamplingParams(1.0, top_p=0.65)) == [0, 1]  # 0.40 + 0.25 reaches 0.65
     assert kept(SamplingParams(1.0, top_p=0.66)) == [0, 1, 2]
+
+
+def full_sort_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The plain rule over a full sort: drop a token once the mass before it reaches top_p."""
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= top_p
+    return drop_sorted.scatter(-1, order, drop_sorted)
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 12.0])  # flat (the nucleus outgrows the first k) to peaked
+def test_top_p_over_the_top_k_equals_a_full_sort(scale):
+    g = torch.Generator().manual_seed(int(scale * 10))
+    probs = torch.softmax(scale * torch.randn(6, 4096, generator=g, dtype=torch.float64), -1)  # [rows, V]
+    assert all(row.unique().numel() == row.numel() for row in probs)  # no ties: the two rules agree exactly
+    for top_p in (0.3, 0.9, 0.99):
+        assert torch.equal(top_p_drop(probs, top_p), full_sort_drop(probs, top_p)), top_p
+
+
+def test_top_p_keeps_ties_together_whatever_the_batch(monkeypatch):
+    """Tokens tied at the cut share one verdict, so a row's filter depends neither on the tie order of the
+    sort nor on how far other rows made it look (a verifier row must not depend on its batch-mates)."""
+    row = torch.tensor([0.30, 0.20, 0.20, 0.20, 0.10])  # 0.30 + 0.20 reaches 0.5 with either 0.20 first
+    flat = torch.full((5,), 0.2)
+    want = torch.tensor([False, False, False, False, True])
+    for first_k in (1, 2, 5):
+        monkeypatch.setattr(sampling, "NUCLEUS_FIRST_K", first_k)
+        assert torch.equal(top_p_drop(row, 0.5), want)
+        assert torch.equal(top_p_drop(torch.stack([row, flat]), 0.5)[0], want)
 
 
 def test_min_p_keeps_tokens_above_a_fraction_of_the_likeliest():
