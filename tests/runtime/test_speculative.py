@@ -193,6 +193,14 @@ def test_sampling_test_has_power(tiny_pair):
     assert chi2_pvalue(torch.bincount(draws, minlength=exact.numel()).double(), exact) < 1e-3
 
 
+def test_an_unknown_rule_is_one_clear_error(tiny_pair):
+    from yggc.errors import YggcError
+
+    verifier, drafter, layout = tiny_pair
+    with pytest.raises(YggcError, match="trees rrs, traversal or point-mass"):
+        SpeculativeDecoder(verifier, drafter, layout, TreeShape(2, 2, 4), tree_rule="traverse")
+
+
 def test_sampling_is_reproducible(tiny_pair):
     verifier, drafter, layout = tiny_pair
     dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(3, 2, 5))

@@ -51,6 +51,9 @@ class Draft:
 class SpeculativeDecoder:
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
                  draft_phase=None, verify_phase=None, tree_rule: str = "rrs", policy=None):
+        if chain_rule not in ("block", "token") or tree_rule not in (*SAMPLED_TREE_RULES, "point-mass"):
+            raise YggcError(f"unknown sampling rule (chain {chain_rule!r}, tree {tree_rule!r}): chains take block or "
+                            f"token, trees {', '.join(SAMPLED_TREE_RULES)} or point-mass")
         self.verifier, self.drafter, self.layout = verifier, drafter, layout
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
         self.phases: dict[TreeShape, tuple] = {}  # shape -> (draft module, draft runner, verify runner)
