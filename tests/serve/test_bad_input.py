@@ -89,7 +89,8 @@ def test_api_key_and_full_queue(demo_runtime):
         held = demo_runtime.stream_tokens("x", 4)
         next(held)  # this thread holds the Runtime: the decoding thread will wait for it
         answers = []
-        ask = lambda: answers.append(client.completions.create(model=MODEL, prompt="def", max_tokens=4))  # noqa: E731
+        ask = lambda: answers.append(client.completions.create(  # noqa: E731
+            model=MODEL, prompt="def", max_tokens=4, temperature=0))  # greedy: OpenAI's default T = 1 may draw EOS early
         threads = [threading.Thread(target=ask), threading.Thread(target=ask)]
         threads[0].start()
         wait_for(lambda: worker.current is not None)
