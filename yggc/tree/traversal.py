@@ -31,9 +31,7 @@ class _NodeState:
     """u's weight pi and its current target p and draft q ([vocab] float64 each, normalised)."""
 
     def __init__(self, pi: float, p: torch.Tensor, q: torch.Tensor):
-        self.pi, self.p = pi, p / p.sum()
-        q_mass = float(q.sum())
-        self.q = q / q_mass if q_mass > 0 else q
+        self.pi, self.p, self.q = pi, p / p.sum(), _normalised(q)
 
     def child_weight(self, x: int) -> float | None:
         """pi of the child holding token x; None for a rank past q's support (skipped, as if absent)."""
@@ -49,9 +47,13 @@ class _NodeState:
         elif lost > 0:
             self.pi = 0.0  # nothing left to deliver: u fails once its other children have
         # else pi == 1 and p == q up to rounding: x's acceptance was certain; keep (pi, p)
-        q = self.q.index_fill(0, torch.tensor([x], device=self.q.device), 0.0)
-        q_mass = float(q.sum())
-        self.q = q / q_mass if q_mass > 0 else q
+        self.q = _normalised(self.q.index_fill(0, torch.tensor([x], device=self.q.device), 0.0))
+
+
+def _normalised(q: torch.Tensor) -> torch.Tensor:
+    """q [vocab] / its mass (an exhausted q, all zeros, stays as it is)."""
+    mass = float(q.sum())
+    return q / mass if mass > 0 else q
 
 
 class _Tree:
@@ -64,19 +66,26 @@ class _Tree:
         return _NodeState(pi, self.p[u].to(torch.float64), self.q[u].to(torch.float64))
 
 
+def _tested_children(tree: _Tree, u: int, s: _NodeState):
+    """u's children in draw order with their weights pi (ranks past q's support skipped). Resuming the loop means
+    the child's subtree was rejected: u's state then moves to its residual."""
+    for c in tree.kids[u]:
+        pi_c = s.child_weight(tree.tok[c])
+        if pi_c is None:
+            continue
+        yield c, pi_c
+        s.reject(tree.tok[c])
+
+
 def _walk(tree: _Tree, u: int, pi: float, uniform: list[float], generator: torch.Generator
           ) -> TreeAccept | None:
     """Verify u's subtree with weight pi -> the accepted path below u and the next token, or None if u
     is rejected."""
     s = tree.state(u, pi)
-    for c in tree.kids[u]:
-        pi_c = s.child_weight(tree.tok[c])
-        if pi_c is None:
-            continue
+    for c, pi_c in _tested_children(tree, u, s):
         found = _walk(tree, c, pi_c, uniform, generator) if pi_c > 0 else None
         if found is not None:
             return TreeAccept([c] + found.path, found.token)
-        s.reject(tree.tok[c])
     if uniform[u] < s.pi:
         return TreeAccept([], sample_index(s.p, generator))
     return None
@@ -98,13 +107,8 @@ def _outcome(tree: _Tree, u: int, pi: float, end: torch.Tensor, law: torch.Tenso
     """Fill end[v] (probability the accepted path ends at v) and law[v] for u's subtree, entered with
     probability `reach`; returns the probability, given the draws, that u survives."""
     s, kept = tree.state(u, pi), 0.0
-    for c in tree.kids[u]:
-        pi_c = s.child_weight(tree.tok[c])
-        if pi_c is None:
-            continue
-        a = _outcome(tree, c, pi_c, end, law, reach * (1.0 - kept))
-        kept += (1.0 - kept) * a
-        s.reject(tree.tok[c])
+    for c, pi_c in _tested_children(tree, u, s):
+        kept += (1.0 - kept) * _outcome(tree, c, pi_c, end, law, reach * (1.0 - kept))
     end[u], law[u] = reach * (1.0 - kept) * s.pi, s.p
     return kept + (1.0 - kept) * s.pi
 
