@@ -13,6 +13,7 @@ from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.runtime.cache_layout import causal_rows
+from yggc.runtime.package_constants import constants_path
 
 pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
 
@@ -62,6 +63,14 @@ def assert_rows_invariant(model, widths: tuple[int, ...], views: tuple[int, int]
         assert torch.equal(long[w], short[w]), f"the cache view changed width {w}'s logits"
 
 
+def assert_weights_beside(package, weights: int) -> None:
+    """The package is code (the kernels and the wrapper, a few MB whatever the weights); its constants file holds
+    each weight once, plus the small constants (norms, RoPE tables) and each constant's padding to 64 bytes."""
+    beside = constants_path(package)
+    assert package.stat().st_size < 4e6 < weights, (package.stat().st_size, weights)
+    assert weights < beside.stat().st_size < weights + 5e5, (beside.stat().st_size, weights)
+
+
 @torch.inference_mode()
 def test_float32_package_holds_each_weight_once_shares_the_cache_and_keeps_rows_invariant(tmp_path):
     """The packed GEMM copies replace the checkpoint's weights (KV caches are inputs, not constants), the
@@ -75,8 +84,7 @@ def test_float32_package_holds_each_weight_once_shares_the_cache_and_keeps_rows_
     graph, ref = load_model(src, 65), load_model(src, 65)  # float32: packed in its own dtype on every ISA
     weights = sum(p.numel() * p.element_size() for p in graph.parameters())
     package = lower_model(graph, 16, 64, tmp_path / "wide.pt2")
-    code = 4e6  # the kernels and the wrapper, a few MB whatever the weights
-    assert weights < package.stat().st_size < weights + code, (package.stat().st_size, weights)
+    assert_weights_beside(package, weights)
     runner = load_forward_bucket(package, graph, "O2")
     for i, tok in enumerate([3, 1, 4, 1, 5, 9]):
         s = torch.tensor([i])
@@ -100,7 +108,7 @@ def test_bf16_package_holds_a_tied_table_once(tmp_path, monkeypatch):
     graph, ref = (load_model(src, 33, dtype=torch.bfloat16) for _ in range(2))
     weights = sum(p.numel() * p.element_size() for p in graph.parameters())  # the tied table counted once
     package = lower_model(graph, 4, 32, tmp_path / "tied.pt2")
-    assert weights < package.stat().st_size < weights + 4e6, (package.stat().st_size, weights)
+    assert_weights_beside(package, weights)
     runner = load_forward_bucket(package, graph, "O2")
     for i, tok in enumerate([3, 16383, 4, 1, 5, 9]):
         s = torch.tensor([i])
@@ -146,7 +154,8 @@ def test_bundle_keeps_weights_in_the_packages_only(o2_bundle, pair_dirs):
 
     rt = Runtime.load(o2_bundle)
     checkpoints = [p for p in o2_bundle.rglob("*.safetensors") if p.name != "predictor.safetensors"]
-    assert not checkpoints  # each model's package carries its weights
+    assert sorted(p.relative_to(o2_bundle).as_posix() for p in checkpoints) == [
+        "artifacts/drafter.constants.safetensors", "artifacts/verifier.constants.safetensors"]  # the packages' own
     assert rt.manifest.models == {"verifier": model_hashes(pair_dirs[0]), "drafter": model_hashes(pair_dirs[1])}
 
 

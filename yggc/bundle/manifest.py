@@ -2,7 +2,8 @@
 
 A bundle is a directory: manifest.json (first field format_version), verifier/ and drafter/
 (config.json, tokenizer.json and *.safetensors, the weights, unless the model's O2 package carries
-them), artifacts/*.pt2, profile.json and plan.json.
+them), artifacts/*.pt2 (an O2 CPU package's constants beside it: artifacts/*.constants.safetensors),
+profile.json and plan.json.
 Only JSON is read here and nothing is unpickled. Every check fails with a YggcError of one line that
 names the field, the bundle's value and the fix.
 """

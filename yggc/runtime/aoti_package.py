@@ -17,6 +17,7 @@ import torch.utils._pytree as pytree
 from ..errors import YggcError
 from . import kernel_ops
 from .file_pages import pages_out_after
+from .package_constants import constants_path, read_constants
 
 MODEL_NAME = "model"  # the name aoti_compile_and_package gives the one model in a package
 
@@ -30,6 +31,7 @@ class Package:
         self.loader = torch._C._aoti.AOTIModelPackageLoader(str(path), MODEL_NAME, run_single_threaded, 1, -1)
         self.out_spec = pytree.treespec_loads(self.loader.get_call_spec()[1])
         self.one_output = self.out_spec.is_leaf()
+        self.bound: dict[str, torch.Tensor] = {}  # constants the package reads in place (bind_constants)
 
     def __call__(self, *tensors: torch.Tensor):
         out = self.loader.boxed_run(list(tensors))
@@ -42,13 +44,26 @@ class Package:
                        user_managed: bool = False) -> None:
         self.loader.load_constants(constants, False, check_full_update, user_managed)
 
+    def bind_constants(self, constants: dict[str, torch.Tensor]) -> None:
+        """Bind every constant by its internal name to `constants`, which the package then reads in place (they
+        are kept alive here)."""
+        self.loader.update_constant_buffer(constants, False, True, True)
+        self.bound = constants
+
 
 def load_package(path: Path, cuda: bool = False) -> Package:
-    """The package at `path`. CPU: its library's pages given back once its constants are copied out. CUDA:
-    no event bookkeeping per call (run single-threaded), which a CUDA graph capture would not allow, and no
-    page-out (the constants went to the device; the driver's and CUDA libraries' mappings stay untouched)."""
+    """The package at `path`, bound to the constants kept beside it if there are (package_constants.py). CPU:
+    its library's pages given back once it is loaded (a library that holds its constants has copied them out by
+    then). CUDA: no event bookkeeping per call (run single-threaded), which a CUDA graph capture would not allow,
+    and no page-out (the constants went to the device; the driver's and CUDA libraries' mappings stay
+    untouched)."""
+    beside = constants_path(path)
+    constants = read_constants(beside) if beside.exists() else None
     try:
         with nullcontext() if cuda else pages_out_after():
-            return Package(path, run_single_threaded=cuda)
+            package = Package(path, run_single_threaded=cuda)
+        if constants is not None:
+            package.bind_constants(constants)
+        return package
     except Exception as e:  # the loader raises RuntimeError subclasses with C++ messages
         raise YggcError(f"compiled bucket {path.name} cannot be loaded ({e}); re-run `yggc compile`") from None

@@ -1,0 +1,65 @@
+"""A package's constants beside it: bound in place from the mapped file, aligned, the same outputs as the module;
+a damaged file is one clear error. (The frozen O2 packages, whose packed weights share one original name, are
+covered end to end by tests/runtime/test_o2.py.)"""
+import pytest
+import torch
+from yggc.passes import package_constants
+
+from yggc.errors import YggcError
+from yggc.runtime.aoti_package import load_package
+from yggc.runtime.package_constants import ALIGN, LAYOUT_KEY, constants_path
+
+
+class Affine(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(48, 64))  # read transposed: a strided view of its storage
+        self.register_buffer("b", torch.randn(3, 48)[1])  # a view at an offset into a larger storage
+
+    def forward(self, x):
+        return x @ self.w.t() + self.b
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    module, x = Affine().eval(), torch.randn(5, 64)
+    path = tmp_path_factory.mktemp("pc") / "affine.pt2"
+    with torch.no_grad():
+        package_constants.compile_beside(torch.export.export(module, (x,)), path, {})
+    return path, module, x
+
+
+def mapped_ranges(path) -> list[tuple[int, int]]:
+    ranges = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if line.rstrip().endswith(str(path)):
+                start, end = (int(a, 16) for a in line.split()[0].split("-"))
+                ranges.append((start, end))
+    return ranges
+
+
+@torch.no_grad()
+def test_constants_are_bound_in_place_aligned_and_give_the_modules_outputs(package):
+    path, module, x = package
+    runner = load_package(path)
+    assert torch.allclose(runner(x), module(x), atol=1e-5)
+    ranges = mapped_ranges(constants_path(path))
+    assert ranges, "the constants file is not mapped"
+    for name, t in runner.bound.items():
+        ptr = t.untyped_storage().data_ptr()
+        assert ptr % ALIGN == 0, name
+        assert any(start <= ptr < end for start, end in ranges), f"{name} was copied, not mapped"
+
+
+def test_a_damaged_constants_file_is_one_clear_error(package, tmp_path):
+    path = package[0]
+    copy = tmp_path / path.name
+    copy.write_bytes(path.read_bytes())
+    constants_path(copy).write_bytes(constants_path(path).read_bytes()[:100])  # cut short
+    with pytest.raises(YggcError, match=r"^compiled constants affine.constants.safetensors cannot be read \(.*\); "
+                                        r"re-run `yggc compile`$"):
+        load_package(copy)
+    constants_path(copy).write_bytes(constants_path(path).read_bytes().replace(LAYOUT_KEY.encode(), b"yggc_xxxxxx"))
+    with pytest.raises(YggcError, match="compiled constants affine.constants.safetensors cannot be read"):
+        load_package(copy)
