@@ -80,4 +80,5 @@ class Eagle3Graph(CacheOwner):
 
     @property
     def has_weights(self) -> bool:
-        return not self.fc.weight.is_meta
+        """Whether the forward can run eagerly (an O2 bundle's head keeps fc alone: its package holds the rest)."""
+        return not self.lm_head.weight.is_meta

@@ -152,19 +152,48 @@ def to_eagle3_state(hf: dict[str, torch.Tensor], cfg: Eagle3Config, where: str) 
     state = {ours: take(public) for public, ours in RENAMES.items()}
     state["attn.wqkv.weight"] = torch.cat([take(n) for n in QKV])
     state["mlp.w13.weight"] = torch.cat([take(n) for n in GATE_UP])
-    d2t = take("d2t").long()
-    if d2t.shape != (cfg.draft_vocab_size,):
-        raise CheckpointError(f"{where}: d2t has shape {tuple(d2t.shape)}, draft_vocab_size is {cfg.draft_vocab_size}")
-    state["draft_ids"] = d2t + torch.arange(cfg.draft_vocab_size)
-    ids = state["draft_ids"]
-    if ids.min() < 0 or ids.max() >= cfg.layer.vocab_size or torch.unique(ids).numel() != ids.numel():
-        raise CheckpointError(f"{where}: d2t does not map the draft vocabulary onto distinct verifier tokens")
+    state["draft_ids"] = draft_ids_of(take("d2t"), cfg, where)
     return state
 
 
+def draft_ids_of(d2t: torch.Tensor, cfg: Eagle3Config, where: str) -> torch.Tensor:
+    """d2t [Vd] (draft id -> verifier id minus draft id) -> the verifier id of each draft id [Vd], checked."""
+    if d2t.shape != (cfg.draft_vocab_size,):
+        raise CheckpointError(f"{where}: d2t has shape {tuple(d2t.shape)}, draft_vocab_size is {cfg.draft_vocab_size}")
+    ids = d2t.long() + torch.arange(cfg.draft_vocab_size)
+    if ids.min() < 0 or ids.max() >= cfg.layer.vocab_size or torch.unique(ids).numel() != ids.numel():
+        raise CheckpointError(f"{where}: d2t does not map the draft vocabulary onto distinct verifier tokens")
+    return ids
+
+
+# where an O2 bundle keeps a head whose package holds its layer, norm and LM head: the feature fusion the runtime
+# runs eagerly (fc) and the draft vocabulary (d2t), under the public names, in a file beside config.json
+FUSION_ONLY = "fusion/fc.safetensors"
+FUSION_KEYS = ("fc.weight", "d2t")
+
+
+def save_fusion(graph: Eagle3Graph, head_dir: Path) -> None:
+    out = head_dir / FUSION_ONLY
+    out.parent.mkdir(parents=True, exist_ok=True)
+    state = public_state(graph)
+    save_file({k: state[k] for k in FUSION_KEYS}, str(out))
+
+
+def read_fusion(path: Path, cfg: Eagle3Config) -> dict[str, torch.Tensor]:
+    """The state FUSION_ONLY holds: {"fc.weight", "draft_ids"}."""
+    try:
+        with safe_open(str(path), framework="pt") as st:
+            fc, d2t = (st.get_tensor(k) for k in FUSION_KEYS)
+    except Exception as e:  # safetensors' own error types for truncated/corrupt files; a missing key
+        raise CheckpointError(f"{path} cannot be read as the head's feature fusion ({e})") from None
+    return {"fc.weight": fc, "draft_ids": draft_ids_of(d2t, cfg, str(path))}
+
+
 def load_eagle3(model_dir: str | Path, verifier_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.float32,
-                device: str | torch.device = "cpu") -> Eagle3Graph:
-    """The head of `model_dir`, checked against and bound to the verifier of `verifier_dir`."""
+                device: str | torch.device = "cpu", weights: bool = True) -> Eagle3Graph:
+    """The head of `model_dir`, checked against and bound to the verifier of `verifier_dir`. weights=False where
+    the folder keeps FUSION_ONLY (an O2 bundle's): only fc and the draft vocabulary are read, the weights the
+    head's package holds stay on the meta device."""
     path, vpath = _check_dir(model_dir), _check_dir(verifier_dir)
     cfg = load_eagle3_config(path)
     packed = read_packed_embedding(vpath)
@@ -174,20 +203,27 @@ def load_eagle3(model_dir: str | Path, verifier_dir: str | Path, n_slots: int, d
         embed = read_embedding(vpath)
         fingerprint = embedding_fingerprint(embed)
     check_eagle3_pair(cfg, load_config(vpath), fingerprint, f"EAGLE-3 head {path}")
-    state = to_eagle3_state(read_hf_tensors(path), cfg, str(path))
+    fusion_only = not weights and (path / FUSION_ONLY).is_file()
+    state = read_fusion(path / FUSION_ONLY, cfg) if fusion_only else to_eagle3_state(read_hf_tensors(path), cfg, str(path))
     with torch.device("meta"):
         graph = Eagle3Graph(cfg, n_slots, dtype)
     if packed:  # the rows are gathered from the table the verifier's package reads too: bound, not copied
         graph.embed = PackedEmbedding(embed.to(device))
     state["embed.packed" if packed else "embed.weight"] = embed
-    materialize(graph, device)
+    materialize(graph, device, parameters=not fusion_only)
     graph.rope.fill()  # materialize left the RoPE tables empty
     graph.attn.cache.k.zero_(), graph.attn.cache.v.zero_()
-    for name, shape in {**{k: v.shape for k, v in graph.state_dict().items()}, "draft_ids": graph.draft_ids.shape}.items():
-        if tuple(state[name].shape) != tuple(shape):
+    expected = {**{k: v.shape for k, v in graph.state_dict().items()}, "draft_ids": graph.draft_ids.shape}
+    for name, shape in expected.items():
+        if name in state and tuple(state[name].shape) != tuple(shape):
             raise CheckpointError(f"{path}: weight {name!r} has shape {tuple(state[name].shape)}, "
                                   f"config.json implies {tuple(shape)}")
-    graph.load_state_dict({k: v for k, v in state.items() if k != "draft_ids"}, strict=True)
+    if fusion_only:  # the package holds the rest; the embedding rows are gathered eagerly
+        graph.fc.weight = torch.nn.Parameter(state["fc.weight"].to(device, dtype), requires_grad=False)
+        if not packed:
+            graph.embed.weight = torch.nn.Parameter(embed.to(device, dtype), requires_grad=False)
+    else:
+        graph.load_state_dict({k: v for k, v in state.items() if k != "draft_ids"}, strict=True)
     graph.draft_ids.copy_(state["draft_ids"])
     return graph.eval().requires_grad_(False)
 

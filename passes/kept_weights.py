@@ -1,24 +1,36 @@
 """What a bundle keeps of each model's checkpoint beside its compiled packages.
 
-An O2 package carries its model's weights, so the bundle leaves the safetensors out, except for an EAGLE-3
-head (its feature fusion and sampled drafting run eagerly) and the one tensor the head borrows from the
-verifier: the token embedding it gathers its input rows from.
+An O2 package carries its model's weights, so the bundle leaves the safetensors out. It keeps what runs eagerly
+around the packages: an EAGLE-3 head's feature fusion (fc) and draft vocabulary, and the one tensor the head
+borrows from the verifier, the token embedding it gathers its input rows from.
 """
 from __future__ import annotations
 
 import torch
 
-from ..graphs.eagle3_checkpoint import embedding_fingerprint, read_embedding, save_embedding, save_packed_embedding
+from ..graphs.eagle3_checkpoint import (
+    embedding_fingerprint,
+    read_embedding,
+    save_embedding,
+    save_fusion,
+    save_packed_embedding,
+)
 from ..graphs.packed_table import PackedEmbedding, pack_table
 from . import tied_head
 from .write_bundle import BundleWriter
 
 
-def stores_weights(name: str, opt: str, widths: dict[str, list[int]], head: bool) -> bool:
-    """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights, unless
-    the model is an EAGLE-3 head (its feature fusion and its sampled drafting run eagerly). Beside a head, an
-    O2 verifier keeps its token embedding alone (keep_head_embedding)."""
-    return not (opt == "O2" and widths[name]) or (head and name == "drafter")
+def stores_weights(name: str, opt: str, widths: dict[str, list[int]]) -> bool:
+    """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights. Then an
+    EAGLE-3 head keeps its feature fusion alone (keep_head_fusion), and beside a head the verifier keeps its token
+    embedding alone (keep_head_embedding)."""
+    return not (opt == "O2" and widths[name])
+
+
+def keep_head_fusion(w: BundleWriter, loaded: dict) -> None:
+    """The head's fc (which fuses the verifier's features eagerly, before each package call) and its draft
+    vocabulary; the package holds the head's layer, norm and LM head."""
+    save_fusion(loaded["drafter"].graph, w.root / "drafter")
 
 
 def keep_head_embedding(w: BundleWriter, loaded: dict, dtype: torch.dtype, device: str, opt: str) -> None:

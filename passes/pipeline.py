@@ -41,7 +41,7 @@ from ..runtime.tensor_parallel import rank_world, verifier_loader
 from .calibrate import CalibrationSpec, calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .decode_check import check_prompts, decode_check
-from .kept_weights import keep_head_embedding, stores_weights
+from .kept_weights import keep_head_embedding, keep_head_fusion, stores_weights
 from .load_probe import probe_load
 from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt
@@ -338,8 +338,10 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
     cxx = package_compiler(job, log)
     with bundle_writer(job.out, job.overwrite) as w, building_with(cxx):
         for name, model in loaded.items():
-            w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths, head))
-        if head and not stores_weights("verifier", job.opt, widths, head):
+            w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths))
+        if head and not stores_weights("drafter", job.opt, widths):
+            keep_head_fusion(w, loaded)
+        if head and not stores_weights("verifier", job.opt, widths):
             keep_head_embedding(w, loaded, job.dtype, job.device, job.opt)
         buckets = lower_forward_buckets(w, loaded, widths, job, step)
         if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and buckets:

@@ -7,11 +7,13 @@ from checkpoints import write_checkpoint
 from safetensors import safe_open
 from yggc.graphs import CheckpointError, load_model
 from yggc.graphs.eagle3_checkpoint import (
+    FUSION_ONLY,
     head_base_config,
     is_eagle3,
     load_eagle3,
     new_eagle3,
     save_eagle3,
+    save_fusion,
 )
 
 from yggc.runtime.cache_layout import causal_rows
@@ -85,6 +87,24 @@ def test_head_for_another_verifier_fails_with_one_line(ckpt_root, head_dir):
     with pytest.raises(CheckpointError, match="trained for another verifier") as e:
         load_eagle3(head_dir, same_shape, 8)
     assert "\n" not in str(e.value)
+
+
+def test_a_fusion_only_folder_loads_fc_and_the_draft_map_and_nothing_else(ckpt_root, verifier_dir, head_dir):
+    """What an O2 bundle keeps of a head whose package holds the rest; weights=True still wants the checkpoint."""
+    head = load_eagle3(head_dir, verifier_dir, 8)
+    kept = ckpt_root / "e3g_fusion"
+    kept.mkdir(exist_ok=True)
+    (kept / "config.json").write_text((head_dir / "config.json").read_text())
+    save_fusion(head, kept)
+    light = load_eagle3(kept, verifier_dir, 8, weights=False)
+    assert torch.equal(light.fc.weight, head.fc.weight) and torch.equal(light.draft_ids, head.draft_ids)
+    assert torch.equal(light.embed.weight, head.embed.weight)  # the verifier's, gathered eagerly
+    assert not light.has_weights and light.lm_head.weight.is_meta and light.attn.wqkv.weight.is_meta
+    with pytest.raises(CheckpointError, match="has no complete safetensors weights"):
+        load_eagle3(kept, verifier_dir, 8)
+    (kept / FUSION_ONLY).write_bytes(b"cut short")
+    with pytest.raises(CheckpointError, match="cannot be read as the head's feature fusion"):
+        load_eagle3(kept, verifier_dir, 8, weights=False)
 
 
 def test_corrupt_draft_map_is_refused(ckpt_root, verifier_dir, head_dir):

@@ -8,8 +8,10 @@ import torch
 from checkpoints import write_checkpoint
 from yggc.graphs.eagle3_checkpoint import (
     EMBEDDING_ONLY,
+    FUSION_ONLY,
     PACKED_EMBEDDING,
     head_base_config,
+    load_eagle3,
     new_eagle3,
     read_embedding,
     save_eagle3,
@@ -77,11 +79,11 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     rt = Runtime.load(out)
     verifier = rt.compiled["verifier"].any_width
     if dtype == torch.float32:  # the package holds its own table; the bundle keeps the rows for the head
-        assert stored == ["drafter/model.safetensors", f"verifier/{EMBEDDING_ONLY}"]  # no verifier checkpoint
+        assert stored == [f"drafter/{FUSION_ONLY}", f"verifier/{EMBEDDING_ONLY}"]  # no checkpoint of either
         assert torch.equal(read_embedding(out / "verifier"), embed)
         assert verifier.caches == tuple(rt.verifier.graph.cache_tensors())
     else:  # one copy: the bundle's packed table, bound to the head and passed to the verifier's package
-        assert stored == ["drafter/model.safetensors", f"verifier/{PACKED_EMBEDDING}"]
+        assert stored == [f"drafter/{FUSION_ONLY}", f"verifier/{PACKED_EMBEDDING}"]
         table = rt.drafter.graph.embed.packed
         assert torch.equal(table, pack_table(embed)) and verifier.caches[-1] is table
         assert not any("embed" in name for name in verifier.runner.get_constant_fqns())
@@ -91,6 +93,9 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     assert isinstance(tree, Eagle3Decoder)
     assert rt.compiled["verifier"].features and not rt.draft_runners and not rt.verifier.graph.has_weights
     head = rt.compiled["drafter"]  # the head's own package at every width, without the verifier's embedding
+    own = load_eagle3(pair_dirs[1], pair_dirs[0], 2, dtype)  # the head's checkpoint
+    assert torch.equal(head.graph.fc.weight, own.fc.weight) and torch.equal(head.graph.draft_ids, own.draft_ids)
+    assert not head.graph.has_weights and head.graph.lm_head.weight.is_meta  # the rest only in its package
     assert tree.drafter is head and isinstance(head.any_width, HeadBucket)
     assert not any("embed" in name for name in head.any_width.runner.get_constant_fqns())
     ref_dec = rt.decoder(speculative=False)
@@ -98,6 +103,10 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
         prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         assert tokens(tree, prompt, 40) == tokens(ref_dec, prompt, 40)
         assert tree.stats.n_accept > 0
+    # sampled trees draft through the head's package too (its checkpoint beyond fc is not in the bundle)
+    sampled = SamplingParams(temperature=1.0, top_p=0.9, seed=7)
+    runs = [[t for c in tree.stream(prompt, 24, sampled) for t in c] for _ in range(2)]
+    assert runs[0] == runs[1] and len(runs[0]) == 24  # seeded runs repeat
 
 
 def test_manifest_must_match_the_head(bundles, tmp_path):

@@ -39,10 +39,11 @@ def check_drafter(verifier_dir: str | Path, drafter_dir: str | Path) -> None:
 def load_drafter(drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
                  weights: bool = True) -> LoadedModel:
     """The drafter with the verifier's cache layout (an EAGLE-3 head also gets the verifier's embedding);
-    weights=False: see models.load (heads always load theirs: bundles compile their phases, not their forward)."""
+    weights=False: see models.load (a head then reads its feature fusion alone where its folder keeps only that:
+    graphs.eagle3_checkpoint.FUSION_ONLY)."""
     if drafter_kind(drafter_dir) == "llama":
         return load(drafter_dir, dtype, verifier.layout.max_seq, device, weights)
-    head = load_eagle3(drafter_dir, verifier.path, verifier.layout.n_slots, dtype, device)
+    head = load_eagle3(drafter_dir, verifier.path, verifier.layout.n_slots, dtype, device, weights)
     verifier.graph.feature_layers = head.eagle.feature_layers  # what its forward_features taps
     return LoadedModel(head, verifier.tokenizer, verifier.layout, Path(drafter_dir))
 
