@@ -47,7 +47,7 @@ O2_TUNE_WIDTH = 4  # the width O2's GEMM blocking is tuned at: a typical verify 
 
 def constants_beside(opt: str, device: str, sparse: bool = False) -> bool:
     """Whether the package's constants go beside it (package_constants.py): O2 on a CPU. Not an MoE graph's, whose
-    ATen GEMMs may take oneDNN-packed weights, which are opaque tensors."""
+    ATen GEMMs may take oneDNN-packed weights, which are opaque tensors (compile_beside would compile it twice)."""
     return opt == "O2" and device_kind(device) == "cpu" and not sparse
 
 

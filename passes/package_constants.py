@@ -77,12 +77,17 @@ def write_constants(package: Path, constants: dict[str, torch.Tensor]) -> Path:
     return path
 
 
-def compile_beside(program: ExportedProgram, out_path: Path, config: dict) -> Path:
-    """aoti_compile_and_package(program) under `config`, with the constants written beside the package."""
+def compile_beside(program: ExportedProgram, out_path: Path, config: dict) -> bool:
+    """aoti_compile_and_package(program) under `config`, with the constants written beside the package -> True.
+    Where Inductor chose oneDNN kernels whose packed weights are opaque tensors (an ATen GEMM on float32), it
+    compiles again with them inside the library -> False."""
     with captured() as constants:
         torch._inductor.aoti_compile_and_package(program, package_path=str(out_path),
                                                  inductor_configs={**config, "aot_inductor.package_constants_in_so": False})
     if not constants:
         raise RuntimeError(f"{out_path.name}: Inductor handed over no constants to write beside the package")
+    if any(t.is_mkldnn for t in constants.values()):
+        torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=config)
+        return False
     write_constants(out_path, constants)
-    return out_path
+    return True
