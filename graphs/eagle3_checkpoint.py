@@ -218,12 +218,11 @@ def load_eagle3(model_dir: str | Path, verifier_dir: str | Path, n_slots: int, d
         if name in state and tuple(state[name].shape) != tuple(shape):
             raise CheckpointError(f"{path}: weight {name!r} has shape {tuple(state[name].shape)}, "
                                   f"config.json implies {tuple(shape)}")
-    if fusion_only:  # the package holds the rest; the embedding rows are gathered eagerly
-        graph.fc.weight = torch.nn.Parameter(state["fc.weight"].to(device, dtype), requires_grad=False)
-        if not packed:
-            graph.embed.weight = torch.nn.Parameter(embed.to(device, dtype), requires_grad=False)
+    own = {k: v for k, v in state.items() if k != "draft_ids"}
+    if fusion_only:  # fc and the embedding become the graph's; the rest stays on meta: the package holds it
+        graph.load_state_dict({k: v.to(device, dtype) for k, v in own.items()}, strict=False, assign=True)
     else:
-        graph.load_state_dict({k: v for k, v in state.items() if k != "draft_ids"}, strict=True)
+        graph.load_state_dict(own, strict=True)
     graph.draft_ids.copy_(state["draft_ids"])
     return graph.eval().requires_grad_(False)
 

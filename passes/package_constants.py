@@ -43,9 +43,14 @@ def captured() -> Iterator[dict[str, torch.Tensor]]:
         AotCodeCompiler.compile = compile_fn
 
 
+def storable(t: torch.Tensor) -> bool:
+    """Whether t's bytes are its values: a CPU tensor, not a oneDNN-packed one (an opaque layout)."""
+    return t.device.type == "cpu" and not t.is_mkldnn
+
+
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """[n] uint8: t's whole storage, padded with zeros to a multiple of ALIGN bytes."""
-    if t.is_mkldnn or t.device.type != "cpu":
+    if not storable(t):
         raise ValueError(f"a {t.device.type} {'mkldnn ' if t.is_mkldnn else ''}constant cannot be stored beside "
                          "its package")
     raw = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
@@ -86,7 +91,7 @@ def compile_beside(program: ExportedProgram, out_path: Path, config: dict) -> bo
                                                  inductor_configs={**config, "aot_inductor.package_constants_in_so": False})
     if not constants:
         raise RuntimeError(f"{out_path.name}: Inductor handed over no constants to write beside the package")
-    if any(t.is_mkldnn for t in constants.values()):
+    if not all(map(storable, constants.values())):
         torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=config)
         return False
     write_constants(out_path, constants)
