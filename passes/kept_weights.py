@@ -43,6 +43,6 @@ def keep_head_embedding(w: BundleWriter, loaded: dict, dtype: torch.dtype, devic
     if not tied_head.applies(loaded["verifier"].graph, device, opt):
         save_embedding(embed, w.root / "verifier")
         return
-    head_embed = PackedEmbedding(pack_table(embed))
+    head_embed = PackedEmbedding(pack_table(embed, tied_head.table_columns()))
     save_packed_embedding(head_embed.packed, embedding_fingerprint(embed), w.root / "verifier")
     loaded["drafter"].graph.embed = head_embed

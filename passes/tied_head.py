@@ -3,12 +3,14 @@ the table in the tied-head kernel's blocked layout.
 
 Inductor's C++ GEMM template repacks the LM head's weight into its own blocks, and the embedding gather
 needs the rows as they were, so a model whose head is its embedding carried the table twice (SmolLM2's
-verifier 57 MB, its drafter 25 MB). Here the table is laid out once as the kernel yggc::tied_head_v1 reads
-it (graphs/packed_table.py: VNNI-2 blocks of 16 columns; the template's own arithmetic: same bits, same speed
-on AVX2), and the graph gathers embedding rows from those blocks.
+verifier 57 MB, its drafter 25 MB). Here the table is laid out once as the kernel yggc::tied_head_v2 reads it
+(graphs/packed_table.py: VNNI-2 blocks; the template's own arithmetic: same bits, same speed), and the graph
+gathers embedding rows from those blocks.
 
-Only where that kernel is the fast choice: bf16 weights on an AVX2 CPU. With AVX-512 or AMX the template's
-kernels for wide verifies are faster than the kernel's AVX2 FMAs, so those packages keep two copies.
+Only where that kernel is the fast choice: bf16 weights on an AVX2 CPU (blocks of 16 columns), or on one with
+AVX512-BF16 and no AMX, e.g. AMD Zen 4 (blocks of 64 columns: a 4 x 64 VDPBF16PS tile reads one block row at a
+time, one memory stream, and gives the template's bits there). AMX's tiles beat both, so AMX packages keep two
+copies.
 """
 from __future__ import annotations
 
@@ -33,8 +35,21 @@ class PackedHead(nn.Module):
 
 
 def kernel_is_fastest() -> bool:
-    """The kernel matches the template's speed on AVX2 (tools/bench_tied_head.py); AVX-512 and AMX beat it."""
-    return torch.backends.cpu.get_cpu_capability() == "AVX2"
+    """The kernel matches the template's speed on AVX2 and on AVX512-BF16 without AMX (tools/bench_tied_head.py);
+    AMX beats it, and AVX-512 without BF16 has no kernel of its own here."""
+    if torch.cpu._is_amx_tile_supported():
+        return False
+    return torch.backends.cpu.get_cpu_capability() == "AVX2" or avx512_bf16()
+
+
+def avx512_bf16() -> bool:
+    """Whether the kernel library built here has the AVX512-BF16 path (VDPBF16PS tiles of 64 columns)."""
+    return torch.backends.cpu.get_cpu_capability() == "AVX512" and torch.cpu._is_avx512_bf16_supported()
+
+
+def table_columns() -> int:
+    """Columns per block of the packed table for this CPU's kernel (graphs/packed_table.py)."""
+    return 64 if avx512_bf16() else 16
 
 
 def applies(graph: nn.Module, device: str, opt: str) -> bool:
@@ -51,7 +66,7 @@ def packed_table(graph: nn.Module, packed: torch.Tensor | None = None) -> Iterat
     (the table already packed, e.g. the one an EAGLE-3 head shares), else graph.embed's packed here."""
     kernel_library.build()
     embed, head = graph.embed, graph.lm_head
-    graph.embed = PackedEmbedding(pack_table(embed.weight.detach()) if packed is None else packed)
+    graph.embed = PackedEmbedding(pack_table(embed.weight.detach(), table_columns()) if packed is None else packed)
     graph.lm_head = PackedHead(graph.embed.packed, embed.weight.shape[0])
     try:
         yield

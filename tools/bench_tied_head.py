@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The tied-head kernel (yggc::tied_head_v1, passes/tied_head.py) against the LM head O2 compiled before it:
+"""The tied-head kernel (yggc::tied_head_v2, passes/tied_head.py) against the LM head O2 compiled before it:
 Inductor's C++ GEMM template on the table repacked into its own blocks (a second copy of the table), in one
 AOTInductor package with a dynamic row count M, as O2 lowers a verifier. SmolLM2-135M's head (49152 x 576,
 bf16) by default. Calls interleaved in one process, medians; also reported: whether the two give the same
@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 from yggc.graphs.packed_table import pack_table
-from yggc.passes import kernel_library
+from yggc.passes import kernel_library, tied_head
 from yggc.passes.lower import inductor_config
 
 from yggc.runtime import kernel_ops
@@ -60,12 +60,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--columns", type=int, choices=(16, 64), help="columns per table block (default: this CPU's)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     kernel_library.build()
     g = torch.Generator().manual_seed(0)
     table = (torch.randn(args.vocab, args.hidden, generator=g) * 0.05).bfloat16()
-    packed = pack_table(table)
+    packed = pack_table(table, args.columns or tied_head.table_columns())
     with tempfile.TemporaryDirectory() as tmp:
         template = template_package(table, Path(tmp))
         print(f"{torch.get_num_threads()} threads, head {args.vocab} x {args.hidden} bf16 "

@@ -1,6 +1,7 @@
 """The tied-head kernel op (yggc/runtime/kernels/tied_head.cpp) and its table layout (passes/tied_head.py):
 embedding rows gathered from the packed blocks are the table's rows, the head's logits are the product with
-the table, and a row's bits do not depend on how many rows share the call or where the row sits."""
+the table, and a row's bits do not depend on how many rows share the call or where the row sits. Both block
+widths (16 and 64 columns) on whatever CPU runs the tests: the library takes either."""
 
 import pytest
 import torch
@@ -19,28 +20,31 @@ def table(vocab: int, hidden: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(seed)).bfloat16()
 
 
+@pytest.mark.parametrize("columns", [16, 64])
 @pytest.mark.parametrize("vocab,hidden", [(307, 64), (320, 2), (16, 576), (1, 8)])
-def test_rows_gathered_from_the_blocks_are_the_tables(vocab, hidden):
+def test_rows_gathered_from_the_blocks_are_the_tables(vocab, hidden, columns):
     t = table(vocab, hidden)
-    packed = pack_table(t)
-    assert packed.shape == (-(-vocab // 16), hidden // 2, 16, 2)
+    packed = pack_table(t, columns)
+    assert packed.shape == (-(-vocab // columns), hidden // 2, columns, 2)
     assert torch.equal(gather_rows(packed, torch.arange(vocab)), t)
     assert torch.equal(gather_rows(packed, torch.tensor([vocab - 1, 0, vocab - 1])), t[[vocab - 1, 0, vocab - 1]])
     assert packed.reshape(-1).count_nonzero() == t.count_nonzero()  # the padding columns are zeros
 
 
-@pytest.mark.parametrize("vocab,hidden", [(307, 64), (4096, 576), (33, 130)])
-def test_logits_are_the_product_with_the_table(vocab, hidden):
+@pytest.mark.parametrize("columns", [16, 64])
+@pytest.mark.parametrize("vocab,hidden", [(307, 64), (4096, 576), (33, 130), (80, 8)])
+def test_logits_are_the_product_with_the_table(vocab, hidden, columns):
     t, x = table(vocab, hidden), table(13, hidden, seed=1)
-    logits = kernel_ops.tied_head(x, pack_table(t), vocab)
+    logits = kernel_ops.tied_head(x, pack_table(t, columns), vocab)
     assert logits.dtype == torch.float32 and logits.shape == (13, vocab)
     exact = x.double() @ t.double().t()  # bf16 inputs are exact in float64; only fp32 summation errs
     assert ((logits.double() - exact).abs().max() / exact.abs().max()).item() < 1e-5
 
 
-def test_a_rows_bits_do_not_depend_on_the_call():
+@pytest.mark.parametrize("columns", [16, 64])
+def test_a_rows_bits_do_not_depend_on_the_call(columns):
     t = table(307, 64)
-    packed, x = pack_table(t), table(64, 64, seed=2)
+    packed, x = pack_table(t, columns), table(64, 64, seed=2)
     wide = kernel_ops.tied_head(x, packed, 307)
     for width in (1, 2, 3, 4, 5, 7, 9, 17, 64):  # every remainder of the 4-row register blocks
         for start in {0, 1, 64 - width}:
@@ -48,7 +52,16 @@ def test_a_rows_bits_do_not_depend_on_the_call():
             assert torch.equal(part, wide[start:start + width]), (width, start)
 
 
+def test_the_block_widths_give_the_same_logits_on_this_cpu():
+    """Same sums in the same order per column, whatever the blocking: a bundle packed for either width decodes
+    the same tokens."""
+    t, x = table(1000, 64), table(9, 64, seed=3)
+    assert torch.equal(kernel_ops.tied_head(x, pack_table(t, 16), 1000), kernel_ops.tied_head(x, pack_table(t, 64), 1000))
+
+
 def test_bad_operands_say_what_is_wrong():
+    with pytest.raises(ValueError, match="blocks of 32 columns"):
+        pack_table(table(64, 16), 32)
     packed = pack_table(table(64, 16))
     with pytest.raises(RuntimeError, match="bfloat16 only"):
         kernel_ops.tied_head(torch.zeros(2, 16), packed, 64)

@@ -85,7 +85,7 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     else:  # one copy: the bundle's packed table, bound to the head and passed to the verifier's package
         assert stored == [f"drafter/{FUSION_ONLY}", f"verifier/{PACKED_EMBEDDING}"]
         table = rt.drafter.graph.embed.packed
-        assert torch.equal(table, pack_table(embed)) and verifier.caches[-1] is table
+        assert torch.equal(table, pack_table(embed, tied_head.table_columns())) and verifier.caches[-1] is table
         assert not any("embed" in name for name in verifier.runner.get_constant_fqns())
     assert rt.manifest.extra["drafter"] == {"kind": "eagle3", "feature_layers": [0, 1, 1]}
     assert rt.verifier.graph.caches()[0].k.dtype == dtype and rt.drafter.graph.caches()[0].k.dtype == dtype

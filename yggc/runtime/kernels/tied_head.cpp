@@ -1,15 +1,20 @@
-// A tied LM head over one bf16 table for the compiled CPU graphs: the op yggc::tied_head_v1.
+// A tied LM head over one bf16 table for the compiled CPU graphs: the op yggc::tied_head_v2.
 //
 // A model whose LM head is its token embedding needs the table twice under Inductor: row-major for the
 // embedding gather and repacked into the GEMM template's blocks for the head. This op reads the blocked
 // table itself, so the graph gathers its embedding rows from the same constant and the package holds the
-// table once. Layout ("VNNI-2 blocks of 16"): packed [N/16, K/2, 16, 2] with packed[b, p, j, t] =
-// table[16 b + j, 2 p + t]; a 32-bit word holds one column's pair of k.
+// table once. Layout ("VNNI-2 blocks of C", C = 16 or 64): packed [N/C, K/2, C, 2] with packed[b, p, j, t] =
+// table[C b + j, 2 p + t]; a 32-bit word holds one column's pair of k. passes/tied_head.py picks C for the
+// CPU: 64 where the AVX-512 tile reads a whole block row at once (one memory stream), else 16.
 //
-// The arithmetic is the AVX2 micro-kernel's (passes/avx2_bf16_gemm.py): fp32 FMAs, k then k + 1, in k
-// order, from zero; a sum never depends on the row count or on the row's place in the call, so each
-// row's logits are bit-identical whatever the width. The logits stay float32, as Inductor's fused epilogue
-// of a bf16 head followed by .float() leaves them (no rounding to bf16 in between).
+// The arithmetic, per CPU the library is built for (-march=native):
+// - with AVX512-BF16: VDPBF16PS, one k pair per instruction, in k order, from zero, as the GEMM template's
+//   micro-kernel there (passes/avx512_bf16_gemm.py), whose bits it gives;
+// - else the AVX2 micro-kernel's (passes/avx2_bf16_gemm.py): fp32 FMAs, k then k + 1, in k order, from zero
+//   (without AVX2, the same FMAs one lane at a time: the same bits).
+// Either way a sum never depends on the row count or on the row's place in the call, so each row's logits are
+// bit-identical whatever the width. The logits stay float32, as Inductor's fused epilogue of a bf16 head
+// followed by .float() leaves them (no rounding to bf16 in between).
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -17,31 +22,69 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#if defined(__AVX2__) && defined(__FMA__)
+#include <memory>
+#include <string>
+#include <vector>
+#if defined(__AVX2__) && defined(__FMA__) || defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
 
 namespace {
 
-constexpr int64_t kCols = 16;   // columns per block: two 8-lane vectors
-constexpr int64_t kRows = 4;    // rows per register block: 8 accumulators + 4 weight vectors + 2 broadcasts
-constexpr int64_t kAhead = 32;  // pairs prefetched ahead (2 KB): 5-14% faster at 1-8 rows on Zen 3
+constexpr int64_t kSub = 16;    // columns per sub-block: one 16-lane vector (two 8-lane ones)
+constexpr int64_t kRows = 4;    // rows per register tile
+constexpr int64_t kAhead = 32;  // AVX2: pairs prefetched ahead (2 KB): 5-14% faster at 1-8 rows on Zen 3
 
+inline int64_t sub_cols(int64_t cols, int64_t s) { return std::clamp<int64_t>(cols - kSub * s, 0, kSub); }
+
+// Each tile: rows [0, ROWS) of x [.., K] bf16 (pairs of k as 32-bit words, row stride ldx) times one column
+// block of the table (`pairs` rows of `row_words` words; its first `cols` columns are real) -> out [.., cols]
+// float32 (row stride ldo).
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+template <int ROWS, int NB>  // NB sub-blocks of 16 columns: 4 x 4 = 16 accumulators for a 64-column block
+inline void tile_of(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
+                    int64_t ldo, int64_t cols) {
+  __m512 acc[ROWS][NB];
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512i b[NB];
+    for (int j = 0; j < NB; ++j) b[j] = _mm512_loadu_si512(w + p * row_words + j * kSub);
+    for (int r = 0; r < ROWS; ++r) {
+      const __m512i a = _mm512_set1_epi32(static_cast<int32_t>(x[r * ldx + p]));
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)a, (__m512bh)b[j]);
+    }
+  }
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < NB; ++j)
+      _mm512_mask_storeu_ps(out + r * ldo + j * kSub, static_cast<__mmask16>((1u << sub_cols(cols, j)) - 1), acc[r][j]);
+}
+
+template <int ROWS>
+inline void tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
+                 int64_t ldo, int64_t cols) {
+  if (row_words == 64) {
+    tile_of<ROWS, 4>(x, ldx, w, row_words, pairs, out, ldo, cols);
+  } else {
+    tile_of<ROWS, 1>(x, ldx, w, row_words, pairs, out, ldo, cols);
+  }
+}
+#else
 inline float low_half(uint32_t pair) { return c10::bit_cast<float>(pair << 16); }        // k even
 inline float high_half(uint32_t pair) { return c10::bit_cast<float>(pair & 0xFFFF0000u); }  // k odd
 
-// rows [0, ROWS) of x [.., K] bf16 times one column block [K/2, 16, 2] -> out [.., 16] float32 (row stride ldo)
+// one sub-block of 16 columns (8 accumulators + 4 weight vectors + 2 broadcasts at 4 rows)
 #if defined(__AVX2__) && defined(__FMA__)
 template <int ROWS>
-inline void block(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t pairs, float* out,
-                  int64_t ldo, int64_t cols) {
+inline void sub_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
+                     int64_t ldo, int64_t cols) {
   const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
   __m256 acc[ROWS][2];
   for (int r = 0; r < ROWS; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
-    _mm_prefetch(reinterpret_cast<const char*>(w + (p + kAhead) * kCols), _MM_HINT_T0);
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * kCols));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * kCols + 8));
+    _mm_prefetch(reinterpret_cast<const char*>(w + (p + kAhead) * row_words), _MM_HINT_T0);
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * row_words));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + p * row_words + 8));
     const __m256 even0 = _mm256_castsi256_ps(_mm256_slli_epi32(b0, 16));
     const __m256 odd0 = _mm256_castsi256_ps(_mm256_and_si256(b0, high));
     const __m256 even1 = _mm256_castsi256_ps(_mm256_slli_epi32(b1, 16));
@@ -57,11 +100,11 @@ inline void block(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t pai
     }
   }
   for (int r = 0; r < ROWS; ++r) {
-    if (cols == kCols) {
+    if (cols == kSub) {
       _mm256_storeu_ps(out + r * ldo, acc[r][0]);
       _mm256_storeu_ps(out + r * ldo + 8, acc[r][1]);
-    } else {  // the last block of a vocabulary that is not a multiple of 16
-      alignas(32) float tail[kCols];
+    } else {  // the last columns of a vocabulary that is not a multiple of the block
+      alignas(32) float tail[kSub];
       _mm256_store_ps(tail, acc[r][0]);
       _mm256_store_ps(tail + 8, acc[r][1]);
       std::copy(tail, tail + cols, out + r * ldo);
@@ -70,14 +113,14 @@ inline void block(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t pai
 }
 #else
 template <int ROWS>  // the same FMAs in the same order, one lane at a time: the same bits
-inline void block(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t pairs, float* out,
-                  int64_t ldo, int64_t cols) {
+inline void sub_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
+                     int64_t ldo, int64_t cols) {
   for (int r = 0; r < ROWS; ++r) {
     for (int64_t j = 0; j < cols; ++j) {
       float acc = 0.f;
       for (int64_t p = 0; p < pairs; ++p) {
-        acc = std::fma(low_half(x[r * ldx + p]), low_half(w[p * kCols + j]), acc);
-        acc = std::fma(high_half(x[r * ldx + p]), high_half(w[p * kCols + j]), acc);
+        acc = std::fma(low_half(x[r * ldx + p]), low_half(w[p * row_words + j]), acc);
+        acc = std::fma(high_half(x[r * ldx + p]), high_half(w[p * row_words + j]), acc);
       }
       out[r * ldo + j] = acc;
     }
@@ -85,13 +128,35 @@ inline void block(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t pai
 }
 #endif
 
+template <int ROWS>  // a block, one sub-block of 16 columns after the other
+inline void tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
+                 int64_t ldo, int64_t cols) {
+  for (int64_t s = 0; s * kSub < row_words && sub_cols(cols, s) > 0; ++s)
+    sub_tile<ROWS>(x, ldx, w + s * kSub, row_words, pairs, out + s * kSub, ldo, sub_cols(cols, s));
+}
+#endif
+
+// every row of x [M, K] times one column block: 4-row tiles, then the remainder
+void block_rows(const uint32_t* x, int64_t ldx, int64_t M, const uint32_t* w, int64_t row_words, int64_t pairs,
+                float* out, int64_t ldo, int64_t cols) {
+  int64_t m = 0;
+  for (; m + kRows <= M; m += kRows) tile<kRows>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols);
+  switch (M - m) {
+    case 3: tile<3>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols); break;
+    case 2: tile<2>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols); break;
+    case 1: tile<1>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols); break;
+    default: break;
+  }
+}
+
 at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t vocab) {
-  // x [M, K] bf16; packed [ceil(vocab / 16), K / 2, 16, 2] bf16 -> logits [M, vocab] float32
-  TORCH_CHECK(x.dim() == 2 && packed.dim() == 4 && packed.size(2) == kCols && packed.size(3) == 2,
-              "tied_head: x must be [M, K] and packed [N/16, K/2, 16, 2]");
+  // x [M, K] bf16; packed [ceil(vocab / C), K / 2, C, 2] bf16, C = 16 or 64 -> logits [M, vocab] float32
+  TORCH_CHECK(x.dim() == 2 && packed.dim() == 4 && (packed.size(2) == 16 || packed.size(2) == 64) && packed.size(3) == 2,
+              "tied_head: x must be [M, K] and packed [N/C, K/2, C, 2] with C = 16 or 64");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 && packed.scalar_type() == at::kBFloat16,
               "tied_head: bfloat16 only");
-  TORCH_CHECK(packed.size(1) * 2 == x.size(1) && packed.size(0) * kCols >= vocab && packed.size(0) * kCols < vocab + kCols,
+  const int64_t C = packed.size(2);
+  TORCH_CHECK(packed.size(1) * 2 == x.size(1) && packed.size(0) * C >= vocab && packed.size(0) * C < vocab + C,
               "tied_head: the table's shape does not match x and the vocabulary");
   TORCH_CHECK(packed.is_contiguous(), "tied_head: the packed table must be contiguous");
   const auto xc = x.contiguous();
@@ -100,30 +165,26 @@ at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t voca
   const auto* xp = reinterpret_cast<const uint32_t*>(xc.const_data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint32_t*>(packed.const_data_ptr<at::BFloat16>());
   float* op = out.mutable_data_ptr<float>();
-  at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const uint32_t* w = wp + b * pairs * kCols;
-      const int64_t cols = std::min(kCols, vocab - b * kCols);
-      int64_t m = 0;
-      for (; m + kRows <= M; m += kRows) block<kRows>(xp + m * ldx, ldx, w, pairs, op + m * vocab + b * kCols, vocab, cols);
-      switch (M - m) {
-        case 3: block<3>(xp + m * ldx, ldx, w, pairs, op + m * vocab + b * kCols, vocab, cols); break;
-        case 2: block<2>(xp + m * ldx, ldx, w, pairs, op + m * vocab + b * kCols, vocab, cols); break;
-        case 1: block<1>(xp + m * ldx, ldx, w, pairs, op + m * vocab + b * kCols, vocab, cols); break;
-        default: break;
-      }
-    }
+  at::parallel_for(0, blocks, 256 / C, [&](int64_t begin, int64_t end) {  // 256 columns a grain
+    for (int64_t b = begin; b < end; ++b)
+      block_rows(xp, ldx, M, wp + b * pairs * C, C, pairs, op + b * C, vocab, std::min(C, vocab - b * C));
   });
   return out;
 }
 
 }  // namespace
 
-// Versioned like attend_rows_v1: bump with any change to the arithmetic or the layout.
-TORCH_LIBRARY_FRAGMENT(yggc, m) {
-  m.def("tied_head_v1(Tensor x, Tensor packed, int vocab) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(yggc, CPU, m) {
-  m.impl("tied_head_v1", tied_head);
+// Registered on request (runtime/kernel_ops.py calls this after loading the library), op by op, and only the
+// ops this process has not got: it may hold another build's already. tied_head_v2 takes blocks of 16 or 64
+// columns; tied_head_v1, the same function, stays for packages compiled before v2 (16 columns). Bump the
+// version with any change to a layout the op takes.
+extern "C" void yggc_register_tied_head() {
+  static std::vector<std::unique_ptr<torch::Library>> libraries;  // alive as long as the process
+  for (const std::string op : {"tied_head_v1", "tied_head_v2"}) {
+    if (c10::Dispatcher::singleton().findSchema(c10::OperatorName("yggc::" + op, "")).has_value()) continue;
+    libraries.push_back(std::make_unique<torch::Library>(torch::Library::FRAGMENT, "yggc", std::nullopt, __FILE__, __LINE__));
+    libraries.back()->def((op + "(Tensor x, Tensor packed, int vocab) -> Tensor").c_str());
+    libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "yggc", c10::DispatchKey::CPU, __FILE__, __LINE__));
+    libraries.back()->impl(op.c_str(), tied_head);
+  }
 }

@@ -1,0 +1,67 @@
+"""Kernel libraries of different yggc versions in one process (runtime/kernel_ops.py): the library registers its
+ops on request, each only if the process has not got it, so a bundle compiled now loads beside one compiled
+before (whose library registered every op as it loaded, and aborts a process that holds any of them)."""
+import subprocess
+import sys
+
+import pytest
+from yggc.passes import kernel_library
+
+from yggc.errors import YggcError
+from yggc.runtime import kernel_ops
+
+# an older library: registers its two v1 ops as it loads (static registration), with stand-in kernels
+OLD_LIBRARY = """
+#include <torch/library.h>
+at::Tensor attend(const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return q; }
+at::Tensor head(const at::Tensor& x, const at::Tensor&, int64_t) { return x; }
+TORCH_LIBRARY_FRAGMENT(yggc, m) {
+  m.def("attend_rows_v1(Tensor q, Tensor keys, Tensor values, Tensor mask) -> Tensor");
+  m.def("tied_head_v1(Tensor x, Tensor packed, int vocab) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(yggc, CPU, m) {
+  m.impl("attend_rows_v1", attend);
+  m.impl("tied_head_v1", head);
+}
+"""
+
+BOTH_ORDERS = """
+import sys, torch
+from yggc.runtime import kernel_ops
+old, new = sys.argv[1:3]
+for library in (old, new) if sys.argv[3] == "old first" else (new, old):
+    kernel_ops.load(library)
+x = torch.ones(2, 4, dtype=torch.bfloat16)
+print(kernel_ops.registered(), torch.ops.yggc.tied_head_v1(x, torch.zeros(1, 2, 16, 2, dtype=torch.bfloat16), 3).shape[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def old_library(tmp_path_factory):
+    source = tmp_path_factory.mktemp("old") / "old.cpp"
+    source.write_text(OLD_LIBRARY)
+    out = source.with_name("yggc_kernels.so")
+    subprocess.run(kernel_library.compile_command((source,), out), check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.parametrize("order, v1_columns", [("old first", 4), ("new first", 3)])
+def test_a_new_library_loads_beside_an_older_one_in_either_order(old_library, order, v1_columns):
+    """Old first: the new library adds the ops the old one lacks (v1 stays the old stand-in, which returns x [2, 4]).
+    New first: the old library is not loaded at all, and its packages' v1 calls reach the new kernels."""
+    done = subprocess.run([sys.executable, "-c", BOTH_ORDERS, str(old_library), str(kernel_library.build()), order],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", str(v1_columns)]
+
+
+def test_an_older_library_into_a_process_with_the_ops_is_one_clear_error(tmp_path, monkeypatch):
+    kernel_library.build()  # this process has the ops
+    older = tmp_path / "yggc_kernels.so"
+    older.write_bytes(b"\x7fELF an older build registering attend_rows_v1(Tensor q, ...) and absent_v1(Tensor x)")
+    kernel_ops.load(older)  # every op this yggc calls is registered: nothing to load
+    monkeypatch.setattr(kernel_ops, "registered", lambda: False)  # a process that lacks one of them
+    kernel_ops.load(older)  # the process has every op the older library registers: nothing to load either
+    monkeypatch.setattr(kernel_ops, "KNOWN_OPS", (*kernel_ops.KNOWN_OPS, "absent_v1"))
+    with pytest.raises(YggcError, match="is an older build than the one this process loaded"):
+        kernel_ops.load(older)  # it would register attend_rows_v1 a second time: that aborts a process
