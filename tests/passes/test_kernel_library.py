@@ -65,3 +65,11 @@ def test_an_older_library_into_a_process_with_the_ops_is_one_clear_error(tmp_pat
     monkeypatch.setattr(kernel_ops, "KNOWN_OPS", (*kernel_ops.KNOWN_OPS, "absent_v1"))
     with pytest.raises(YggcError, match="is an older build than the one this process loaded"):
         kernel_ops.load(older)  # it would register attend_rows_v1 a second time: that aborts a process
+
+
+def test_a_damaged_library_is_one_clear_error(tmp_path, monkeypatch):
+    damaged = tmp_path / "yggc_kernels.so"
+    damaged.write_bytes(b"not a shared object")
+    monkeypatch.setattr(kernel_ops, "registered", lambda: False)
+    with pytest.raises(YggcError, match="kernel library yggc_kernels.so cannot be loaded .*re-run `yggc compile`"):
+        kernel_ops.load(damaged)

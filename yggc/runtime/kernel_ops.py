@@ -43,12 +43,12 @@ def load(library: Path) -> None:
     """Register the ops of `library` that this process has not got."""
     if registered():
         return
-    data = Path(library).read_bytes()
+    data = _open(library, lambda path: Path(path).read_bytes())
     if REGISTER[-1].encode() not in data:  # an older library: it registers its ops (named in it) as it loads
-        ops = [has_op(op) for op in KNOWN_OPS if f"{op}(".encode() in data]
-        if all(ops):  # the process has them already (this library, or a newer one)
+        present = [has_op(op) for op in KNOWN_OPS if f"{op}(".encode() in data]
+        if present and all(present):  # the process has them already (this library, or a newer one)
             return
-        if any(ops):
+        if any(present):
             raise YggcError(f"kernel library {library} is an older build than the one this process loaded; load "
                             "bundles compiled by one yggc version per process, or re-run `yggc compile`")
         _open(library, torch.ops.load_library)
