@@ -10,9 +10,10 @@ library before it loads such a package. The compile writes the library beside th
 (`LIBRARY` in the bundle's artifacts); `load_beside` loads it from there. An op's name carries its version, so
 two libraries' ops of one name compute the same function on the same layouts (built for different CPUs, their
 sums may round differently; a process calls the one it registered first for every row, so rows stay
-batch-invariant). The library registers its ops when asked (`REGISTER`), each only if the process has not got
-it, so bundles of different yggc versions share a process. Libraries older than that registered every op as
-they loaded, which aborts a process holding any of them already: those load only into a process without yggc ops.
+batch-invariant). The library registers its ops when asked (`REGISTER`, kernels/register_ops.cpp), each only if
+the process has not got it, so bundles of different yggc versions share a process. Libraries older than that
+registered every op as they loaded, which aborts a process holding any of them already: those load only into a
+process without yggc ops.
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from ..errors import YggcError
 
 NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v1", "tied_head_v2"
 KNOWN_OPS = (ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
-REGISTER = ("yggc_register_attend_rows", "yggc_register_tied_head")  # the library's entry points
+REGISTER = "yggc_register_ops"  # the library's entry point
 LIBRARY = "yggc_kernels.so"
-SOURCES = tuple(Path(__file__).with_name("kernels") / name for name in ("attend_rows.cpp", "tied_head.cpp"))
-_loaded: list[ctypes.CDLL] = []  # libraries that registered ops stay loaded
+SOURCES = tuple(Path(__file__).with_name("kernels") / name
+                for name in ("attend_rows.cpp", "tied_head.cpp", "register_ops.cpp"))
 
 
 def has_op(name: str) -> bool:
@@ -44,7 +45,7 @@ def load(library: Path) -> None:
     if registered():
         return
     data = _open(library, lambda path: Path(path).read_bytes())
-    if REGISTER[-1].encode() not in data:  # an older library: it registers its ops (named in it) as it loads
+    if REGISTER.encode() not in data:  # an older library: it registers its ops (named in it) as it loads
         present = [has_op(op) for op in KNOWN_OPS if f"{op}(".encode() in data]
         if present and all(present):  # the process has them already (this library, or a newer one)
             return
@@ -53,10 +54,7 @@ def load(library: Path) -> None:
                             "bundles compiled by one yggc version per process, or re-run `yggc compile`")
         _open(library, torch.ops.load_library)
         return
-    handle = _open(library, lambda path: ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL))
-    for entry in REGISTER:
-        getattr(handle, entry)()
-    _loaded.append(handle)
+    getattr(_open(library, lambda path: ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)), REGISTER)()  # ctypes never unloads it
 
 
 def load_beside(package: Path) -> None:

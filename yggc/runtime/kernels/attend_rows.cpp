@@ -12,7 +12,6 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 #include <algorithm>
-#include <memory>
 #include <cmath>
 #include <vector>
 
@@ -174,6 +173,11 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
   });
 }
 
+}  // namespace
+
+namespace yggc {
+
+// the op yggc::attend_rows_v1 (registered by register_ops.cpp)
 at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask) {
   // q [H, W, hd]; keys, values [KV, S, hd] (slots may be strided views of a longer cache); mask [W, S] bool
   TORCH_CHECK(q.dim() == 3 && keys.dim() == 3 && values.dim() == 3 && mask.dim() == 2, "attend_rows: bad ranks");
@@ -195,16 +199,4 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
   return out;
 }
 
-}  // namespace
-
-// The op's name carries the kernel's version: a package calls it by name, and a process may hold bundles
-// compiled against different versions of this file. Bump it with any change to the arithmetic. Registered on
-// request (runtime/kernel_ops.py calls this after loading the library), unless this process has it already.
-extern "C" void yggc_register_attend_rows() {
-  static std::vector<std::unique_ptr<torch::Library>> libraries;  // alive as long as the process
-  if (c10::Dispatcher::singleton().findSchema(c10::OperatorName("yggc::attend_rows_v1", "")).has_value()) return;
-  libraries.push_back(std::make_unique<torch::Library>(torch::Library::FRAGMENT, "yggc", std::nullopt, __FILE__, __LINE__));
-  libraries.back()->def("attend_rows_v1(Tensor q, Tensor keys, Tensor values, Tensor mask) -> Tensor");
-  libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "yggc", c10::DispatchKey::CPU, __FILE__, __LINE__));
-  libraries.back()->impl("attend_rows_v1", attend_rows);
-}
+}  // namespace yggc

@@ -22,9 +22,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <string>
-#include <vector>
 #if defined(__AVX2__) && defined(__FMA__) || defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #endif
@@ -149,6 +146,11 @@ void block_rows(const uint32_t* x, int64_t ldx, int64_t M, const uint32_t* w, in
   }
 }
 
+}  // namespace
+
+namespace yggc {
+
+// the ops yggc::tied_head_v2 and (blocks of 16 only, for packages compiled before v2) tied_head_v1
 at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t vocab) {
   // x [M, K] bf16; packed [ceil(vocab / C), K / 2, C, 2] bf16, C = 16 or 64 -> logits [M, vocab] float32
   TORCH_CHECK(x.dim() == 2 && packed.dim() == 4 && (packed.size(2) == 16 || packed.size(2) == 64) && packed.size(3) == 2,
@@ -172,19 +174,4 @@ at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t voca
   return out;
 }
 
-}  // namespace
-
-// Registered on request (runtime/kernel_ops.py calls this after loading the library), op by op, and only the
-// ops this process has not got: it may hold another build's already. tied_head_v2 takes blocks of 16 or 64
-// columns; tied_head_v1, the same function, stays for packages compiled before v2 (16 columns). Bump the
-// version with any change to a layout the op takes.
-extern "C" void yggc_register_tied_head() {
-  static std::vector<std::unique_ptr<torch::Library>> libraries;  // alive as long as the process
-  for (const std::string op : {"tied_head_v1", "tied_head_v2"}) {
-    if (c10::Dispatcher::singleton().findSchema(c10::OperatorName("yggc::" + op, "")).has_value()) continue;
-    libraries.push_back(std::make_unique<torch::Library>(torch::Library::FRAGMENT, "yggc", std::nullopt, __FILE__, __LINE__));
-    libraries.back()->def((op + "(Tensor x, Tensor packed, int vocab) -> Tensor").c_str());
-    libraries.push_back(std::make_unique<torch::Library>(torch::Library::IMPL, "yggc", c10::DispatchKey::CPU, __FILE__, __LINE__));
-    libraries.back()->impl(op.c_str(), tied_head);
-  }
-}
+}  // namespace yggc
