@@ -220,7 +220,8 @@ class LlamaGraph(CacheOwner):
     """Decoder + static KV cache with `n_slots` slots (the caller reserves any scratch slots).
 
     `feature_layers` (set by an EAGLE-3 pairing): forward_features also returns the hidden states entering
-    these layers, concatenated (the low/mid/high features an EAGLE-3 head drafts from)."""
+    these layers, concatenated (the low/mid/high features an EAGLE-3 head drafts from); `feature_fc` (the
+    head's fusion layer, set where a compiled verifier runs it) fuses them into the head's input feature."""
 
     def __init__(self, cfg: ModelConfig, n_slots: int, dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -234,6 +235,7 @@ class LlamaGraph(CacheOwner):
             self.lm_head.weight = self.embed.weight
         self.rope = RopeTable(cfg.rope, n_slots, cfg.head_dim, dtype)
         self.feature_layers: tuple[int, ...] = ()
+        self.feature_fc: nn.Module | None = None
         self.to(dtype)
 
     def run_layers(self, input_ids, position_ids, cache_slots, attn_mask, caches=()):
@@ -254,9 +256,11 @@ class LlamaGraph(CacheOwner):
         return logits, h
 
     def forward_features(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
-        """-> (logits [W, V] float32, features [W, len(feature_layers) * hidden]) (feature_layers ascending)."""
+        """-> (logits [W, V] float32, features [W, len(feature_layers) * hidden]) (feature_layers ascending), or
+        with feature_fc the fused features [W, head hidden]."""
         logits, _, taps = self.run_layers(input_ids, position_ids, cache_slots, attn_mask, caches)
-        return logits, torch.cat(taps, dim=-1)
+        features = torch.cat(taps, dim=-1)
+        return logits, features if self.feature_fc is None else self.feature_fc(features)
 
     def forward(self, input_ids, position_ids, cache_slots, attn_mask, *caches):
         return self.forward_hidden(input_ids, position_ids, cache_slots, attn_mask, *caches)[0]

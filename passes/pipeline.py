@@ -30,6 +30,7 @@ from ..runtime.drafters import (
     drafter_kind,
     drafter_record,
     features_package,
+    fuse_in_verifier,
     is_head,
     load_drafter,
     package_inputs,
@@ -277,7 +278,9 @@ def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
                         "compile with --device cpu (the inductor backend)")
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
-    return {"verifier": verifier, "drafter": load_drafter(job.drafter_dir, verifier, job.dtype, job.device)}
+    drafter = load_drafter(job.drafter_dir, verifier, job.dtype, job.device)
+    fuse_in_verifier(verifier.graph, drafter.graph, job.opt)
+    return {"verifier": verifier, "drafter": drafter}
 
 
 def decode_checked(plan: dict, profile: dict, decoder: SpeculativeDecoder, loaded: dict,

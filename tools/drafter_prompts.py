@@ -6,6 +6,10 @@ this code, what does module.name do, summarise this docstring, ... The template,
 of the prompts, are pure functions of the object's path and name, so the set is identical on every
 call on one Python version.
 
+Each instruction also has a reference answer made from the object's own docstring and code
+(`build_pairs`): teacher-forced text for tools/train_eagle3.py's --reference conversations, where the
+verifier's own answers are what 2 cores make slowly.
+
 Held-out split: pair_data's (sha256 of the file's relative path mod 20 == 0). Prompts from held-out
 files are never used for training; they are the benchmark's chat prompts.
 """
@@ -31,6 +35,18 @@ TEMPLATES = (
     "Give a short example of how to use `{module}.{name}` in Python.",
     "Rewrite this Python code so that it is easier to read, and explain the changes:\n\n```python\n{code}\n```",
     "{summary} How would you do that in Python? Show a short example.",
+)
+
+# one reference answer per template, in TEMPLATES order
+ANSWERS = (
+    "```python\n{code}\n```",
+    "`{module}.{name}`: {summary}",
+    "{doc}",
+    '```python\n"""{doc}"""\n```',
+    "{summary}",
+    "```python\nfrom {module} import {name}\n```\n\n{summary}",
+    "```python\n{code_nodoc}\n```",
+    "```python\n{code}\n```",
 )
 
 
@@ -86,18 +102,31 @@ def doc_items(path: Path, root: Path) -> Iterator[DocItem]:
                       cut_lines(source, MAX_CODE_CHARS), cut_lines(without_docstring(source, node), MAX_CODE_CHARS))
 
 
-def instruction(item: DocItem) -> str:
-    """The item phrased by the template its key picks."""
-    template = TEMPLATES[int(item.key[:8], 16) % len(TEMPLATES)]
+def phrase(item: DocItem, templates: tuple[str, ...]) -> str:
+    """The item phrased by the template its key picks (the same index in TEMPLATES and ANSWERS)."""
+    template = templates[int(item.key[:8], 16) % len(templates)]
     summary = item.doc.split("\n\n")[0].replace("\n", " ").strip()
     return template.format(name=item.name, signature=item.signature, module=item.module, summary=summary,
                            code=item.code, code_nodoc=item.code_nodoc, doc=item.doc)
 
 
-def build_prompts(heldout: bool, root: Path | None = None) -> list[str]:
-    """The training (heldout=False) or held-out instructions, in a fixed pseudo-random order."""
+def instruction(item: DocItem) -> str:
+    return phrase(item, TEMPLATES)
+
+
+def sorted_items(heldout: bool, root: Path | None) -> list[DocItem]:
+    """The training (heldout=False) or held-out items, in a fixed pseudo-random order."""
     root = Path(root).resolve() if root else stdlib_root()
     items = [item for path in corpus_files(root) if is_heldout(rel_posix(path, root)) == heldout
              for item in doc_items(path, root)]
-    items.sort(key=lambda item: item.key)
-    return [instruction(item) for item in items]
+    return sorted(items, key=lambda item: item.key)
+
+
+def build_prompts(heldout: bool, root: Path | None = None) -> list[str]:
+    """The training (heldout=False) or held-out instructions, in a fixed pseudo-random order."""
+    return [instruction(item) for item in sorted_items(heldout, root)]
+
+
+def build_pairs(heldout: bool, root: Path | None = None) -> list[tuple[str, str]]:
+    """build_prompts' instructions, in the same order, each with its reference answer."""
+    return [(instruction(item), phrase(item, ANSWERS)) for item in sorted_items(heldout, root)]

@@ -5,7 +5,11 @@
 
 Stages, each resumable (rerun the same command to continue):
   1. data      the verifier's answers to chat prompts: the shards tools/train_drafter.py writes
-               (OUT/data/{train,heldout}, generated here when absent; drafter_data.py)
+               (OUT/data/{train,heldout}, generated here when absent; drafter_data.py), plus --reference
+               training prompts with reference answers made from the stdlib (drafter_prompts.build_pairs):
+               generating answers runs at ~80 tokens/s on 2 cores, a teacher-forced pass at ~1000, so
+               most of the features come from text the verifier reads rather than writes (as EAGLE's
+               fixed-dataset training); the verifier's own answers count twice in the batches
   2. features  one teacher-forced verifier pass per conversation (yggc's own graph, float32): the
                inputs of the three feature layers, the verifier's final hidden state (its logits over
                the draft vocabulary are recomputed per batch) and its argmax
@@ -48,12 +52,13 @@ class Eagle3Preset:
     unroll: int
     train: TrainHParams
     steps: int
+    reference: int = 0  # training prompts also read with their reference answers
 
 
 PRESETS = {
     "smollm2": Eagle3Preset("smollm2", "smollm2", draft_vocab=8192, unroll=3,
                             train=TrainHParams(batch_size=8, lr=2e-3, warmup_steps=20, minutes=30.0,
-                                               weight_decay=0.0), steps=300),
+                                               weight_decay=0.0), steps=300, reference=1536),
     "tiny": Eagle3Preset("tiny", "tiny", draft_vocab=64, unroll=3,
                          train=TrainHParams(batch_size=2, lr=3e-3, warmup_steps=2, minutes=1.0, weight_decay=0.0),
                          steps=6),
@@ -67,6 +72,28 @@ class Sequence:
     final: object     # [T, H] float32: the verifier's final hidden state at p + 1
     best: object      # [T] long: the verifier's argmax at p + 1 (a verifier token id)
     loss_from: int    # rows p >= loss_from predict answer tokens
+
+
+def reference_samples(target: Path, data_preset: str, count: int, corpus: Path | None = None) -> list:
+    """The first `count` training prompts with their reference answers (from the stdlib, or the *.py files under
+    `corpus`), as Samples without soft labels (stage 1)."""
+    from drafter_data import Sample
+    from drafter_prompts import build_pairs
+    from tokenizers import Tokenizer
+
+    from yggc.runtime.chat import load_chat_template
+
+    if count <= 0:
+        return []
+    gen = DRAFTER_PRESETS[data_preset].gen
+    tok, chat = Tokenizer.from_file(str(target / "tokenizer.json")), load_chat_template(target)
+    out = []
+    for question, answer in build_pairs(False, corpus)[:count]:
+        prompt = tok.encode(chat.render([{"role": "user", "content": question}]) if chat else question).ids
+        reply = tok.encode(answer + (chat.eos_token if chat else "")).ids[:gen.max_new]
+        if len(prompt) <= gen.max_prompt:
+            out.append(Sample(prompt + reply, len(prompt), None, None))
+    return out
 
 
 def extract(verifier, samples) -> list:
@@ -83,6 +110,19 @@ def extract(verifier, samples) -> list:
             feats = torch.cat(taps, -1).float()
             out.append(Sequence(ids[1:], feats[:-1], final[1:].float(), logits[1:].argmax(-1), max(0, s.answer_start - 2)))
     return out
+
+
+def training_sequences(verifier, generated, reference) -> list:
+    """The features of both kinds of training conversation; the verifier's own answers count twice."""
+    seqs, ref = extract(verifier, generated), extract(verifier, reference)
+    return seqs * 2 + ref if ref else seqs
+
+
+def saved_step(state_dir: Path, args) -> int:
+    """The step a resumed run starts from: a run whose --steps it has reached only evaluates and exports, without
+    reading the training features again (minutes of verifier passes)."""
+    path = state_dir / "state.json"
+    return 0 if args.no_resume or not path.is_file() else int(json.loads(path.read_text())["step"])
 
 
 def draft_vocabulary(samples, size: int, vocab: int):
@@ -180,6 +220,8 @@ def parse_args(argv=None):
                    "with tools/train_drafter.py")
     p.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     p.add_argument("--draft-vocab", type=int, help="draft vocabulary size (default: the preset's)")
+    p.add_argument("--reference", type=int, help="training prompts also read with reference answers "
+                   "(default: the preset's)")
     p.add_argument("--unroll", type=int, help="training-time-test steps (default: the preset's; >= 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)
@@ -194,7 +236,8 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     preset = PRESETS[args.preset]
     preset = replace(preset, steps=args.steps or preset.steps, draft_vocab=args.draft_vocab or preset.draft_vocab,
-                     unroll=args.unroll or preset.unroll)
+                     unroll=args.unroll or preset.unroll,
+                     reference=preset.reference if args.reference is None else args.reference)
     out = (args.out or DEFAULT_OUT / preset.data).expanduser().resolve()
     target = args.target.expanduser().resolve()
     import torch
@@ -205,7 +248,8 @@ def main(argv=None) -> dict:
     t0 = time.time()
     ensure_data(target, out, preset.data, args.threads)
     train_samples, heldout_samples = read_samples(out / "data" / "train"), read_samples(out / "data" / "heldout")
-    longest = max(len(s.ids) for s in train_samples + heldout_samples)
+    reference_texts = reference_samples(target, preset.data, preset.reference)
+    longest = max(len(s.ids) for s in train_samples + heldout_samples + reference_texts)
     verifier = load_model(target, longest + 1)
     draft_ids = draft_vocabulary(train_samples, min(preset.draft_vocab, verifier.cfg.vocab_size), verifier.cfg.vocab_size)
     head = new_eagle3(target, draft_ids, n_slots=2, seed=args.seed)
@@ -213,14 +257,17 @@ def main(argv=None) -> dict:
     t2d = torch.full((verifier.cfg.vocab_size,), -1, dtype=torch.long)
     t2d[draft_ids] = torch.arange(len(draft_ids))
     tables = (draft_ids, t2d, verifier.lm_head.weight[draft_ids].float())
-    seqs, held = extract(verifier, train_samples), extract(verifier, heldout_samples)
+    state_dir = out / ".state" / f"eagle3-{preset.name}"
+    seqs = training_sequences(verifier, train_samples, reference_texts) if saved_step(state_dir, args) < preset.steps else []
+    held = extract(verifier, heldout_samples)
     del verifier
-    meta = train(head, seqs, preset, tables, out / ".state" / f"eagle3-{preset.name}", args)
+    meta = train(head, seqs, preset, tables, state_dir, args)
     curve = evaluate(head, held, preset.unroll, *tables, preset.train.batch_size)
     chain = float(np.sum(np.cumprod(curve)))
     summary = {"preset": preset.name, "target": str(target), "steps": meta["step"], "draft_vocab": len(draft_ids),
                "unroll": preset.unroll, "feature_layers": list(head.eagle.feature_layers),
-               "train_conversations": len(seqs), "train_rows": sum(len(s.tokens) for s in seqs),
+               "train_conversations": len(train_samples), "reference_conversations": len(reference_texts),
+               "train_rows": sum(len(s.ids) - 1 for s in train_samples + reference_texts),
                "train_minutes": meta["train_seconds"] / 60, "wall_minutes": (time.time() - t0) / 60,
                "heldout_agreement_per_step": curve, "heldout_chain_accepted_length": chain,
                "command": "python tools/train_eagle3.py " + " ".join(sys.argv[1:] if argv is None else argv)}

@@ -58,6 +58,16 @@ def test_instruction_fills_every_template():
         assert "{" not in text.replace("{x}", "")
 
 
+def test_reference_answers_pair_with_their_instructions(corpus):
+    for heldout in (False, True):
+        pairs = drafter_prompts.build_pairs(heldout, corpus)
+        assert [q for q, _ in pairs] == drafter_prompts.build_prompts(heldout, corpus)
+        marks = lambda text: set(re.findall(r"op_(\d+)_(\d+)", text)) | set(re.findall(r"thing (\d+)\.(\d+)", text))  # noqa: E731
+        for question, answer in pairs:  # each answer is made from the same object as its question
+            assert "{" not in answer and len(marks(question)) == 1 and marks(answer) == marks(question)
+    assert len(drafter_prompts.ANSWERS) == len(drafter_prompts.TEMPLATES)
+
+
 def test_batches_are_epoch_permutations_and_pure():
     n, batch = 7, 3
     seen = [i for step in range(7) for i in train_drafter.batch_indices(n, 5, step, batch)]

@@ -6,6 +6,7 @@ import shutil
 import pytest
 import torch
 from checkpoints import write_checkpoint
+from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import (
     EMBEDDING_ONLY,
     FUSION_ONLY,
@@ -26,6 +27,7 @@ from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.runtime.cache_inputs import HeadBucket
+from yggc.runtime.cache_layout import causal_rows
 from yggc.runtime.eagle3_decoder import Eagle3Decoder
 from yggc.runtime.package_constants import SUFFIX as CONSTANTS_SUFFIX
 from yggc.tree.sampling import SamplingParams
@@ -95,6 +97,16 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     head = rt.compiled["drafter"]  # the head's own package at every width, without the verifier's embedding
     own = load_eagle3(pair_dirs[1], pair_dirs[0], 2, dtype)  # the head's checkpoint
     assert torch.equal(head.graph.fc.weight, own.fc.weight) and torch.equal(head.graph.draft_ids, own.draft_ids)
+    # the verifier's package runs the head's fc: its features come out fused, as fc of the eager verifier's taps
+    assert rt.verifier.graph.feature_fc is head.graph.fc and tree.fused
+    reference = load_model(pair_dirs[0], rt.verifier.layout.n_slots, dtype)
+    reference.feature_layers = own.eagle.feature_layers
+    pos = torch.arange(5)
+    mask = causal_rows(pos, rt.verifier.layout.view(5))
+    _, fused = rt.compiled["verifier"].forward_features(torch.tensor([3, 1, 4, 1, 5]), pos, pos, mask)
+    _, taps = reference.forward_features(torch.tensor([3, 1, 4, 1, 5]), pos, pos, mask)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(fused, own.fuse(taps), **tol)
     assert not head.graph.has_weights and head.graph.lm_head.weight.is_meta  # the rest only in its package
     assert tree.drafter is head and isinstance(head.any_width, HeadBucket)
     assert not any("embed" in name for name in head.any_width.runner.get_constant_fqns())

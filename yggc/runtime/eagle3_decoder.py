@@ -24,18 +24,22 @@ from .verify_phase import GreedyVerifyPhase
 class Eagle3DraftPhase(nn.Module):
     """The EGT draft phase of an EAGLE-3 head, one fixed-shape module like DraftPhase."""
 
-    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None):
+    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None,
+                 fused: bool = False):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
         self.__dict__["step"] = head if step is None else step  # the head's forward: its O2 package, if any
+        self.fused = fused  # the verifier's features come fused (its package runs fc): the head takes them as is
 
     def head(self, tokens, features, root_row, n, view_slots) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed the pending pairs (tokens [P], verifier features [P, F]; rows past root_row are padding and go
-        to the trash slot), the last real one at slot n-1 -> (root logits [vocab], root output feature [H])."""
+        """Feed the pending pairs (tokens [P], verifier features [P, F], or [P, H] fused; rows past root_row are
+        padding and go to the trash slot), the last real one at slot n-1 -> (root logits [vocab], root output
+        feature [H])."""
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         slots = torch.where(rows <= root_row, n - 1 - root_row + rows, self.trash)  # position = slot
         mask = view_slots[None, :] <= slots[:, None]
-        logits, out = self.step(tokens, self.head_model.fuse(features), slots, slots, mask)
+        feature = features if self.fused else self.head_model.fuse(features)
+        logits, out = self.step(tokens, feature, slots, slots, mask)
         pick = root_row.view(1)
         return logits.index_select(0, pick)[0], out.index_select(0, pick)[0]
 
@@ -83,14 +87,14 @@ def prefill_features(verifier, ids: list[int], layout: CacheLayout, chunk: int =
     return logits[-1], torch.cat(feats)
 
 
-def prefill_pairs(step, head, tokens: list[int], features: torch.Tensor, layout: CacheLayout,
+def prefill_pairs(step, fuse, tokens: list[int], features: torch.Tensor, layout: CacheLayout,
                   chunk: int = PREFILL_CHUNK):
     """Head rows 0..len-1: (features [len, F] of positions p, the token at p + 1), through `step` (the head's
-    graph or its compiled model; `head` is the graph, whose fc fuses the features)."""
+    graph or its compiled model) after `fuse` (the head's fc, or nothing where the verifier fused them)."""
     for c0 in range(0, len(tokens), chunk):
         part = tokens[c0:c0 + chunk]
         slots = torch.arange(c0, c0 + len(part))
-        step(torch.tensor(part), head.fuse(features[c0:c0 + len(part)]), slots, slots,
+        step(torch.tensor(part), fuse(features[c0:c0 + len(part)]), slots, slots,
              causal_rows(slots, layout.view(c0 + len(part))))
 
 
@@ -103,7 +107,9 @@ class Eagle3Decoder(SpeculativeDecoder):
         # inside the draft phase instead); the feature taps through the verifier's O2 features package, else
         # eagerly (the verify phase has its own at O1)
         self.head = getattr(drafter, "graph", drafter)  # fuse, fc and the eagle config live on the graph
-        getattr(verifier, "graph", verifier).feature_layers = self.head.eagle.feature_layers
+        verifier_graph = getattr(verifier, "graph", verifier)
+        verifier_graph.feature_layers = self.head.eagle.feature_layers
+        self.fused = getattr(verifier_graph, "feature_fc", None) is not None  # drafters.fuse_in_verifier
         self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
         self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
         self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features
@@ -111,14 +117,15 @@ class Eagle3Decoder(SpeculativeDecoder):
 
     def make_draft_phase(self) -> nn.Module:
         return Eagle3DraftPhase(self.head, self.shape.depth, self.shape.width, self.vocab, self.layout.trash,
-                                self.drafter)
+                                self.drafter, self.fused)
 
     def make_verify_phase(self) -> nn.Module:
         return FeatureVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
 
     def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
         logits, feats = prefill_features(self.verifier, prompt_ids, self.layout)
-        prefill_pairs(self.drafter, self.head, prompt_ids[1:], feats[:-1], self.layout)
+        prefill_pairs(self.drafter, (lambda f: f) if self.fused else self.head.fuse, prompt_ids[1:], feats[:-1],
+                      self.layout)
         self.pending_features = feats[-1:]  # paired with the first new token
         return logits
 
@@ -128,7 +135,8 @@ class Eagle3Decoder(SpeculativeDecoder):
         tokens = torch.tensor(pending + [0] * (P - len(pending)))
         feats = self.pending_features  # None only before any prefill (profiling): the head reads zeros
         if feats is None:
-            feats = torch.zeros(1, self.head.fc.in_features, dtype=self.head.fc.weight.dtype)
+            width = self.head.fc.out_features if self.fused else self.head.fc.in_features
+            feats = torch.zeros(1, width, dtype=self.head.fc.weight.dtype)
         feats = torch.cat([feats, feats.new_zeros(P - feats.shape[0], feats.shape[1])])
         return tokens, feats, torch.tensor([len(pending) - 1, n]), self.view_slots(n + self.shape.n_nodes)
 
@@ -150,7 +158,7 @@ class Eagle3Decoder(SpeculativeDecoder):
         logits, self.row_features = self.verifier.forward_features(tokens, positions, slots, mask)
         return logits
 
-    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor) -> None:
+    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
         feats = handoff[1] if len(handoff) > 1 else self.row_features
         self.pending_features = feats[path_rows]
 

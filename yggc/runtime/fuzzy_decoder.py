@@ -39,7 +39,7 @@ class FuzzyDecoder(SpeculativeDecoder):
         logits = self.fuzzy(tokens, n + depth, n + ids, tree_mask(n, anc_rows, view))
         return align_vocab(logits, self.vocab)
 
-    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor) -> None:
+    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
         """The accepted nodes' fuzzy K/V are dropped, not moved: the next head step recomputes them."""
 
     def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:

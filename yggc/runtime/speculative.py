@@ -125,8 +125,9 @@ class SpeculativeDecoder:
     def verifier_logits(self, tokens, positions, slots, mask) -> torch.Tensor:
         return self.verifier(tokens, positions, slots, mask)
 
-    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor) -> None:
-        """What the verify phase hands the drafter: the accepted K/V moves."""
+    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
+        """What the verify phase hands the drafter: the accepted K/V moves (path_rows: the accepted path's rows,
+        root first, of the per-row tensors an EAGLE-3 verify hands over)."""
         self.drafter_moves = handoff[0]
 
     def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
@@ -198,7 +199,7 @@ class SpeculativeDecoder:
         emit, info, self.bonus_logits, *handoff = self.run_verify(
             t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
         k, last_id, max_depth = info.tolist()
-        self.take_verify_outputs(handoff, torch.arange(k + 1))
+        self.take_verify_outputs(handoff, slice(0, k + 1))  # the handoff's rows are the path's already
         return emit[: k + 1].tolist(), last_id, max_depth
 
     def verify_sampled(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
