@@ -279,7 +279,7 @@ def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
     drafter = load_drafter(job.drafter_dir, verifier, job.dtype, job.device)
-    fuse_in_verifier(verifier.graph, drafter.graph, job.opt)
+    fuse_in_verifier(verifier, drafter, job.opt)
     return {"verifier": verifier, "drafter": drafter}
 
 

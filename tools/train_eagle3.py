@@ -7,7 +7,7 @@ Stages, each resumable (rerun the same command to continue):
   1. data      the verifier's answers to chat prompts: the shards tools/train_drafter.py writes
                (OUT/data/{train,heldout}, generated here when absent; drafter_data.py), plus --reference
                training prompts with reference answers made from the stdlib (drafter_prompts.build_pairs):
-               generating answers runs at ~80 tokens/s on 2 cores, a teacher-forced pass at ~1000, so
+               generating answers runs at ~80 tokens/s on 2 cores, a teacher-forced pass at ~350, so
                most of the features come from text the verifier reads rather than writes (as EAGLE's
                fixed-dataset training); the verifier's own answers count twice in the batches
   2. features  one teacher-forced verifier pass per conversation (yggc's own graph, float32): the

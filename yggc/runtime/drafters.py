@@ -71,12 +71,12 @@ def features_package(name: str, opt: str, drafter) -> bool:
     return name == "verifier" and opt == "O2" and is_head(drafter)
 
 
-def fuse_in_verifier(verifier_graph, drafter, opt: str) -> None:
+def fuse_in_verifier(verifier, drafter, opt: str) -> None:
     """An O2 verifier paired with an EAGLE-3 head runs the head's feature fusion (fc) inside its package, so its
     features come out fused ([W, head hidden]) and the head takes them as they are: an eager fc after each
     verifier call cost ~0.4 ms on SmolLM2 (its weights evicted by the verifier's; 0.15 ms warm)."""
     if features_package("verifier", opt, drafter):
-        verifier_graph.feature_fc = getattr(drafter, "graph", drafter).fc
+        getattr(verifier, "graph", verifier).feature_fc = getattr(drafter, "graph", drafter).fc
 
 
 def package_inputs(name: str, drafter) -> tuple[torch.Tensor, ...]:

@@ -84,7 +84,7 @@ class Runtime:
         if recorded != drafters.drafter_record(drafter.graph):
             raise YggcError(f"{path}: manifest.json records drafter {recorded}, its drafter/ folder holds "
                             f"{drafters.drafter_record(drafter.graph)}; re-run `yggc compile`")
-        drafters.fuse_in_verifier(verifier.graph, drafter.graph, manifest.extra.get("opt", "O1"))
+        drafters.fuse_in_verifier(verifier, drafter, manifest.extra.get("opt", "O1"))
         loaded = {"verifier": verifier, "drafter": drafter}
         return cls._load_buckets(path, manifest, loaded)
 
