@@ -89,10 +89,9 @@ def reference_samples(target: Path, data_preset: str, count: int, corpus: Path |
     tok, chat = Tokenizer.from_file(str(target / "tokenizer.json")), load_chat_template(target)
     out = []
     for question, answer in build_pairs(False, corpus)[:count]:
-        prompt = tok.encode(chat.render([{"role": "user", "content": question}]) if chat else question).ids
         reply = tok.encode(answer + (chat.eos_token if chat else "")).ids[:gen.max_new]
-        if len(prompt) <= gen.max_prompt:
-            out.append(Sample(prompt + reply, len(prompt), None, None))
+        out += [Sample(prompt + reply, len(prompt), None, None)
+                for prompt in encode_prompts(tok, chat, [question], gen.max_prompt)]  # none if too long
     return out
 
 

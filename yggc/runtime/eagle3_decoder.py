@@ -24,12 +24,11 @@ from .verify_phase import GreedyVerifyPhase
 class Eagle3DraftPhase(nn.Module):
     """The EGT draft phase of an EAGLE-3 head, one fixed-shape module like DraftPhase."""
 
-    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None,
-                 fused: bool = False):
+    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None, fuse=None):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
         self.__dict__["step"] = head if step is None else step  # the head's forward: its O2 package, if any
-        self.fused = fused  # the verifier's features come fused (its package runs fc): the head takes them as is
+        self.__dict__["fuse"] = head.fuse if fuse is None else fuse  # Eagle3Decoder.fuse where the verifier fuses
 
     def head(self, tokens, features, root_row, n, view_slots) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending pairs (tokens [P], verifier features [P, F], or [P, H] fused; rows past root_row are
@@ -38,8 +37,7 @@ class Eagle3DraftPhase(nn.Module):
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         slots = torch.where(rows <= root_row, n - 1 - root_row + rows, self.trash)  # position = slot
         mask = view_slots[None, :] <= slots[:, None]
-        feature = features if self.fused else self.head_model.fuse(features)
-        logits, out = self.step(tokens, feature, slots, slots, mask)
+        logits, out = self.step(tokens, self.fuse(features), slots, slots, mask)
         pick = root_row.view(1)
         return logits.index_select(0, pick)[0], out.index_select(0, pick)[0]
 
@@ -115,17 +113,21 @@ class Eagle3Decoder(SpeculativeDecoder):
         self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features
         super().__init__(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule, policy)
 
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The verifier's features [R, F] -> the head's input feature [R, H] (as they are where the verifier's
+        package already ran fc)."""
+        return features if self.fused else self.head.fuse(features)
+
     def make_draft_phase(self) -> nn.Module:
         return Eagle3DraftPhase(self.head, self.shape.depth, self.shape.width, self.vocab, self.layout.trash,
-                                self.drafter, self.fused)
+                                self.drafter, self.fuse)
 
     def make_verify_phase(self) -> nn.Module:
         return FeatureVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
 
     def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
         logits, feats = prefill_features(self.verifier, prompt_ids, self.layout)
-        prefill_pairs(self.drafter, (lambda f: f) if self.fused else self.head.fuse, prompt_ids[1:], feats[:-1],
-                      self.layout)
+        prefill_pairs(self.drafter, self.fuse, prompt_ids[1:], feats[:-1], self.layout)
         self.pending_features = feats[-1:]  # paired with the first new token
         return logits
 
