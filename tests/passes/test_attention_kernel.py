@@ -1,5 +1,7 @@
-"""The attention kernel op (yggc/runtime/kernels/attend_rows.cpp): it computes masked GQA attention, and
-a row's bits do not depend on how many rows share the call or on which cache slots hold its keys."""
+"""The attention kernel ops (yggc/runtime/kernels/attend_rows.cpp): they compute masked GQA attention, and
+a row's bits do not depend on how many rows share the call or on which cache slots hold its keys. v2 (what new
+packages call) scores bf16 with VDPBF16PS where the CPU has it (kernels/pair_scores.cpp); v1 stays for older
+packages."""
 
 import math
 
@@ -13,6 +15,13 @@ from yggc.runtime import kernel_ops
 @pytest.fixture(scope="module", autouse=True)
 def library():
     return kernel_library.build()
+
+
+OPS = [kernel_ops.ATTEND_OP, "attend_rows_v1"]
+
+
+def attend(op: str):
+    return getattr(getattr(torch.ops, kernel_ops.NAMESPACE), op)
 
 
 def cache_views(n_kv: int, n_slots: int, S: int, hd: int, dtype, seed: int):
@@ -32,19 +41,21 @@ def reference(q, keys, values, mask):
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize("H,n_kv,hd", [(9, 3, 64), (4, 4, 8), (6, 2, 24), (2, 1, 80)])
-def test_matches_float64_attention(dtype, tol, H, n_kv, hd):
+@pytest.mark.parametrize("H,n_kv,hd", [(9, 3, 64), (12, 2, 64), (4, 4, 8), (6, 2, 24), (2, 1, 80)])
+@pytest.mark.parametrize("op", OPS)
+def test_matches_float64_attention(dtype, tol, H, n_kv, hd, op):
     keys, values = cache_views(n_kv, 64, 40, hd, dtype, seed=hd)
     q = torch.randn(H, 7, hd, generator=torch.Generator().manual_seed(1)).to(dtype)
     mask = torch.rand(7, 40, generator=torch.Generator().manual_seed(2)) < 0.6
     mask[:, 0] = True
-    out = kernel_ops.attend_rows(q, keys, values, mask)
+    out = attend(op)(q, keys, values, mask)
     assert out.dtype == dtype and out.shape == q.shape
     torch.testing.assert_close(out.double(), reference(q, keys, values, mask), atol=tol, rtol=tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_do_not_depend_on_width_or_slot_placement(dtype):
+@pytest.mark.parametrize("op", OPS)
+def test_rows_do_not_depend_on_width_or_slot_placement(dtype, op):
     """Row j of a 33-row tree call equals a one-row call over the same keys, both at the tree's slots and
     compacted to consecutive slots after the prefix (the autoregressive layout)."""
     prefix, rows, hd = 90, 33, 64
@@ -56,16 +67,16 @@ def test_rows_do_not_depend_on_width_or_slot_placement(dtype):
     for j in range(rows):  # a random subset of the earlier tree slots as ancestors, and the row itself
         mask[j, prefix:prefix + j] = torch.rand(j, generator=g) < 0.5
         mask[j, prefix + j] = True
-    wide = kernel_ops.attend_rows(q, keys, values, mask)
+    wide = attend(op)(q, keys, values, mask)
     for j in range(rows):
-        one = kernel_ops.attend_rows(q[:, j:j + 1], keys, values, mask[j:j + 1])
+        one = attend(op)(q[:, j:j + 1], keys, values, mask[j:j + 1])
         assert torch.equal(one[:, 0], wide[:, j])
         visible = mask[j].nonzero().flatten()
         k2, v2 = (torch.zeros(3, 256, hd, dtype=dtype) for _ in range(2))
         k2[:, :len(visible)], v2[:, :len(visible)] = keys[:, visible], values[:, visible]
         compact = torch.zeros(1, len(visible) + 5, dtype=torch.bool)
         compact[0, :len(visible)] = True
-        moved = kernel_ops.attend_rows(q[:, j:j + 1], k2[:, :len(visible) + 5], v2[:, :len(visible) + 5], compact)
+        moved = attend(op)(q[:, j:j + 1], k2[:, :len(visible) + 5], v2[:, :len(visible) + 5], compact)
         assert torch.equal(moved[:, 0], wide[:, j])
 
 

@@ -1,6 +1,8 @@
 """yggc's CPU kernel library (kernels/*.cpp) and the torch ops it registers:
 
-- `yggc::attend_rows_v1`: batch-invariant masked GQA attention (kernels/attend_rows.cpp);
+- `yggc::attend_rows_v2`: batch-invariant masked GQA attention (kernels/attend_rows.cpp, with
+  kernels/pair_scores.cpp's scores on AVX512-BF16); the library also registers `attend_rows_v1`, which packages
+  compiled before v2 call;
 - `yggc::tied_head_v2`: a tied LM head read from the blocked bf16 table the embedding is gathered from too
   (kernels/tied_head.cpp; passes/tied_head.py lays the table out, in blocks of 16 or 64 columns). The library
   also registers `tied_head_v1` (blocks of 16 only), which packages compiled before v2 call.
@@ -24,12 +26,12 @@ import torch
 
 from ..errors import YggcError
 
-NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v1", "tied_head_v2"
-KNOWN_OPS = (ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
+NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v2", "tied_head_v2"
+KNOWN_OPS = ("attend_rows_v1", ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
 REGISTER = "yggc_register_ops"  # the library's entry point
 LIBRARY = "yggc_kernels.so"
 SOURCES = tuple(Path(__file__).with_name("kernels") / name
-                for name in ("attend_rows.cpp", "tied_head.cpp", "register_ops.cpp"))
+                for name in ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp", "register_ops.cpp"))
 
 
 def has_op(name: str) -> bool:
