@@ -17,31 +17,33 @@ from .sampling import sample_index
 from .verification import TreeAccept, children_lists
 
 
-def _accept_prob(p: torch.Tensor, q: torch.Tensor, x: int) -> float:
-    """The probability child x is accepted at a node: min(1, p(x) / q(x)); p, q [vocab] float64
-    (unnormalised). 0 for a rank past q's support (not a draw: as if the child were not there)."""
-    q_mass = float(q.sum())
-    qx = float(q[x]) / q_mass if q_mass > 0 else 0.0
-    return min(1.0, float(p[x]) / float(p.sum()) / qx) if qx > 0 else 0.0
+class _Residual:
+    """A node's state during the walk: the residual target p and the draft q the next child was drawn from, both
+    unnormalised float64 [vocab], with their masses kept beside them (a vocabulary-wide sum only where p changes)."""
 
+    def __init__(self, target: torch.Tensor, draft: torch.Tensor):
+        self.p = target.to(torch.float64)
+        self.q = draft.to(torch.float64, copy=True)  # its own copy: a rejected child is zeroed in place
+        self.p_mass, self.q_mass = float(self.p.sum()), float(self.q.sum())
 
-def _after_rejection(p: torch.Tensor, q: torch.Tensor, x: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Once x is rejected: the residual p = norm(max(p - q, 0)) and q without x, which the next child is
-    tested against (both unchanged for a rank past q's support)."""
-    q_mass = float(q.sum())
-    if q_mass <= 0 or float(q[x]) == 0:
-        return p, q
-    residual = (p / p.sum() - q / q_mass).clamp_min(0)
-    if float(residual.sum()) <= 0:  # p == q_i up to rounding: the acceptance was certain
-        residual = p
-    return residual, q.index_fill(0, torch.tensor([x], device=q.device), 0.0)
+    def accept_prob(self, x: int) -> float:
+        """min(1, p(x) / q(x)) normalised; 0 for a rank past q's support (not a draw: as if the child were not
+        there)."""
+        qx = float(self.q[x]) / self.q_mass if self.q_mass > 0 else 0.0
+        return min(1.0, float(self.p[x]) / self.p_mass / qx) if qx > 0 else 0.0
 
-
-def _accept_child(p: torch.Tensor, q: torch.Tensor, x: int, u: float) -> tuple[bool, torch.Tensor, torch.Tensor]:
-    """One rejection step at a node with u ~ U(0,1) -> (accepted, residual p, q without x)."""
-    if u < _accept_prob(p, q, x):
-        return True, p, q
-    return False, *_after_rejection(p, q, x)
+    def reject(self, x: int) -> None:
+        """Once x is rejected: p <- max(p - q, 0) (normalised, up to a scale) and x leaves q (both unchanged for a
+        rank past q's support)."""
+        qx = float(self.q[x])
+        if self.q_mass <= 0 or qx == 0:
+            return
+        residual = torch.sub(self.p, self.q, alpha=self.p_mass / self.q_mass).clamp_min_(0)  # p_mass (p' - q')
+        mass = float(residual.sum())
+        if mass > 0:  # else p == q up to rounding: the acceptance was certain, p stays
+            self.p, self.p_mass = residual, mass
+        self.q[x] = 0.0
+        self.q_mass -= qx
 
 
 def acceptance_probs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor,
@@ -56,10 +58,10 @@ def acceptance_probs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: 
     for node in range(len(tok)):  # parents precede their children
         if not kids[node] or out[node] == 0:
             continue
-        p, q, reach = target_probs[node].to(torch.float64), draft_probs[node].to(torch.float64), 1.0
+        state, reach = _Residual(target_probs[node], draft_probs[node]), 1.0
         for c in kids[node]:
-            accept = _accept_prob(p, q, tok[c])
-            p, q = _after_rejection(p, q, tok[c])
+            accept = state.accept_prob(tok[c])
+            state.reject(tok[c])
             out[c] = out[node] * reach * accept
             reach *= 1.0 - accept
     return out
@@ -75,14 +77,13 @@ def verify_tree_rrs(tokens: torch.Tensor, parents: torch.Tensor, target_probs: t
     u = torch.rand(len(tok), generator=generator, dtype=torch.float64, device=generator.device).tolist()
     path, cur = [], 0
     while True:
-        p, q = target_probs[cur].to(torch.float64), draft_probs[cur].to(torch.float64)   # [vocab] each
-        accepted = None
+        state, accepted = _Residual(target_probs[cur], draft_probs[cur]), None
         for c in kids[cur]:
-            ok, p, q = _accept_child(p, q, tok[c], u[c])
-            if ok:
+            if u[c] < state.accept_prob(tok[c]):
                 accepted = c
                 break
+            state.reject(tok[c])
         if accepted is None:
-            return TreeAccept(path, sample_index(p, generator))
+            return TreeAccept(path, sample_index(state.p, generator))
         path.append(accepted)
         cur = accepted

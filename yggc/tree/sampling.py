@@ -65,7 +65,7 @@ def top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """logits [..., V] -> probabilities [..., V] after temperature, top-k, top-p and min-p (T > 0)."""
-    logits = logits.float() / params.temperature
+    logits = logits.float() if params.temperature == 1.0 else logits.float() / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
