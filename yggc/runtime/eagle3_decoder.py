@@ -27,8 +27,10 @@ class Eagle3DraftPhase(nn.Module):
     def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None, fuse=None):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
-        self.__dict__["step"] = head if step is None else step  # the head's forward: its O2 package, if any
-        self.__dict__["fuse"] = head.fuse if fuse is None else fuse  # Eagle3Decoder.fuse where the verifier fuses
+        # defaults: what an O1 bundle compiles (drafters.draft_phase), the head's graph and its own fc; a decoder
+        # passes its O2 package as `step` and Eagle3Decoder.fuse (nothing where the verifier's package ran fc)
+        self.__dict__["step"] = head if step is None else step
+        self.__dict__["fuse"] = head.fuse if fuse is None else fuse
 
     def head(self, tokens, features, root_row, n, view_slots) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending pairs (tokens [P], verifier features [P, F], or [P, H] fused; rows past root_row are

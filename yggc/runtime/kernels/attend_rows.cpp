@@ -222,8 +222,9 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
         for (int64_t h = 0; h < ng; ++h) std::fill(o + h * W * hd, o + h * W * hd + hd, static_cast<T>(0.f));
         continue;
       }
-      for (int64_t h = 0; h < ng && sc == nullptr; ++h)
-        for (int64_t d = 0; d < hd; ++d) qf[h * hd + d] = static_cast<float>(qp[(h0 + h) * qh + w * qw + d * qd]);
+      if (sc == nullptr)  // the task scores its slots itself, from the queries as float
+        for (int64_t h = 0; h < ng; ++h)
+          for (int64_t d = 0; d < hd; ++d) qf[h * hd + d] = static_cast<float>(qp[(h0 + h) * qh + w * qw + d * qd]);
       const Task t{qf.data(), ng, hd, slots.data(), n, keys.stride(1), sc ? sc + (h0 * W + w) * sp : nullptr, W * sp,
                    vf ? vf + kv * S * hd : nullptr};
       attend_task<T>(t, kp + kv * keys.stride(0), vp + kv * values.stride(0), p.data(), stride, o, W * hd);
