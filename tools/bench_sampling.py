@@ -75,25 +75,35 @@ def measure(rt: Runtime, decoder, prompts: list[str], n: int, params: SamplingPa
     return out
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_common_args(ap: argparse.ArgumentParser, prompts: int, shapes_help: str) -> None:
+    """What every sampling bench takes: the bundle, its prompts, temperatures, shapes, threads and --json."""
     ap.add_argument("bundle")
     ap.add_argument("--prompts-file", required=True, help="prompts.json as `yggc bench --prompts-file` reads it")
-    ap.add_argument("--prompts", type=int, default=4, help="prompts to decode (default 4)")
+    ap.add_argument("--prompts", type=int, default=prompts, help=f"prompts to use (default {prompts or 'all'})")
     ap.add_argument("--temps", default="0.7,1.0", help="temperatures, comma-separated (default 0.7,1.0)")
-    ap.add_argument("--shapes", required=True, help="RULE:DxWxV, comma-separated; RULE is chain, point-mass, rrs or traversal")
+    ap.add_argument("--shapes", required=True, help=shapes_help)
+    ap.add_argument("--threads", type=int, help="torch threads")
+    ap.add_argument("--json", help="also write the results here")
+
+
+def load_prompts(path: str, count: int) -> list[str]:
+    """The first `count` prompts' texts of a prompts.json (all for 0)."""
+    return [p["text"] for p in json.loads(open(path, encoding="utf-8").read())["prompts"]][: count or None]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(ap, 4, "RULE:DxWxV, comma-separated; RULE is chain, point-mass, rrs or traversal")
     ap.add_argument("-n", type=int, default=128, help="new tokens per prompt (default 128)")
     ap.add_argument("--repeats", type=int, default=2, help="seeds per prompt (default 2)")
-    ap.add_argument("--threads", type=int, help="torch threads")
     ap.add_argument("--exact", action="store_true",
                     help="also price every draft exactly under each applicable rule (TPOT then includes pricing)")
-    ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     rt = Runtime.load(args.bundle)
     runs = parse_runs(args.shapes)
-    prompts = [p["text"] for p in json.loads(open(args.prompts_file, encoding="utf-8").read())["prompts"]][: args.prompts]
+    prompts = load_prompts(args.prompts_file, args.prompts)
     greedy = SamplingParams()
     results = {"ar": measure(rt, rt.decoder(speculative=False), prompts, args.n, greedy, 1),
                f"greedy plan D{rt.shape.depth}W{rt.shape.width}V{rt.shape.verify}":

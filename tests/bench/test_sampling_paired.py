@@ -1,0 +1,53 @@
+"""tools/bench_sampling_paired.py's pure parts: the best tree under positional acceptance rates (against
+enumerating every tree) and the ratio with its clustered standard error."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+
+from bench_sampling_paired import best_tree_bound, clustered_ratio  # noqa: E402
+
+
+def all_trees(n: int) -> list[tuple]:
+    """Every ordered tree with n non-root nodes, as nested tuples of children (first draws first)."""
+    if n == 0:
+        return [()]
+    out = []
+    for first in range(1, n + 1):  # the first child's subtree takes `first` nodes, its later siblings the rest
+        for sub in all_trees(first - 1):
+            out += [(sub,) + rest for rest in all_trees(n - first)]
+    return out
+
+
+def tree_value(children: tuple, rates: dict, depth: int = 1) -> float:
+    return sum(rates.get((depth, r), 0.0) * (1.0 + tree_value(c, rates, depth + 1)) for r, c in enumerate(children))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_tree_bound_is_the_best_tree(seed):
+    rng = random.Random(seed)
+    rates = {(d, r): rng.random() ** 2 for d, r in itertools.product(range(1, 6), range(4))}  # any order of ranks
+    rates[(2, 1)] = 0.0  # a rank nobody accepts still lets later ranks be drawn
+    for budget in range(1, 6):
+        brute = 1.0 + max(tree_value(t, rates) for n in range(budget + 1) for t in all_trees(n))
+        assert best_tree_bound(rates, budget) == pytest.approx(brute, rel=1e-12)
+
+
+def test_best_tree_bound_chain_and_star():
+    assert best_tree_bound({(d, 0): 0.5 for d in range(1, 9)}, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert best_tree_bound({(1, r): 0.2 for r in range(8)}, 5) == pytest.approx(2.0)
+    assert best_tree_bound({}, 4) == 1.0
+
+
+def test_clustered_ratio():
+    texts = [([1.0, 2.0], [2.0, 4.0]), ([3.0], [6.0])]  # b = 2a everywhere: no spread
+    assert clustered_ratio(texts) == (2.0, 0.0)
+    r, se = clustered_ratio([([1.0], [1.0]), ([1.0], [3.0])])
+    assert r == 2.0 and se == pytest.approx(math.sqrt((1 - 2) ** 2 + (3 - 2) ** 2) * math.sqrt(2) / 2)

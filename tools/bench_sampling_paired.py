@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Paired pricing of the T > 0 rules: every shape drafts from the same contexts and is priced exactly.
+
+`bench_sampling.py` counts what each decoder accepts, but each decoder samples its own texts, and
+on a few dozen prompts the texts' own variation is larger than the differences between rules. Here
+the verifier samples each prompt's continuation alone (so the contexts follow its own law); at every
+`--stride`-th position of it, every shape drafts once from the same verifier and drafter state (the
+same seed: common random numbers), the verifier scores the pruned draft, and the draft is priced
+exactly under its rule (1 + the expected accepted length: block verification for a chain, recursive
+rejection or traversal verification for a sampled tree; `bench_sampling.exact_tokens_per_call`).
+Printed per shape: the mean over positions with its standard error, and the ratio to the first
+shape with a standard error clustered by prompt (positions of one text are not independent).
+
+    python tools/bench_sampling_paired.py B --prompts-file $D/prompts.json --temps 0.7,1.0 \\
+        --shapes chain:8x1x8,rrs:1x8x8,rrs:3x4x8 --stride 4 --threads 2
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+TOOLS = Path(__file__).resolve().parent
+if str(TOOLS) not in sys.path:
+    sys.path.insert(0, str(TOOLS))
+
+from bench_sampling import add_common_args, exact_tokens_per_call, load_prompts, parse_runs  # noqa: E402
+
+from yggc.runtime import Runtime  # noqa: E402
+from yggc.tree.recursive_rejection import acceptance_probs  # noqa: E402
+from yggc.tree.sampling import SamplingParams  # noqa: E402
+from yggc.tree.verification import children_lists  # noqa: E402
+
+
+def sampled_texts(rt: Runtime, prompts: list[str], n: int, temp: float) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, the verifier's own sampled continuation) per prompt, seeded by its index."""
+    ar = rt.decoder(speculative=False)
+    return [(rt.encode(p), rt.generate(p, n, temperature=temp, seed=i, decoder=ar).tokens) for i, p in enumerate(prompts)]
+
+
+def add_rank_acceptance(ranks: dict, sub, probs: torch.Tensor, q_rows: torch.Tensor) -> None:
+    """ranks[(depth, sibling rank)] += (P(child accepted), P(its parent accepted)) under recursive rejection."""
+    accepted = acceptance_probs(sub.tokens, sub.parents, probs, q_rows).tolist()
+    depth = sub.depth.tolist()
+    for u, kids in enumerate(children_lists(sub.parents, None)):  # siblings in draw order
+        for rank, c in enumerate(kids):
+            num, den = ranks.get((depth[c], rank), (0.0, 0.0))
+            ranks[(depth[c], rank)] = (num + accepted[c], den + accepted[u])
+
+
+def best_tree_bound(rates: dict, budget: int) -> float:
+    """1 + the largest expected accepted length of a tree of `budget` nodes whose node at (depth, sibling rank)
+    is accepted with rates[(depth, rank)] once its parent is (Sequoia's positional model; missing keys are 0).
+    A node's children are its first draws (ranks 0..k-1), as sampled growth keeps them. Exact dynamic
+    programme over (depth, first rank, nodes left)."""
+
+    last_rank = {d: max(r for dd, r in rates if dd == d) for d, _ in rates}
+
+    @functools.cache
+    def forest(depth: int, rank: int, n: int) -> float:  # children of one accepted node, ranks >= rank, n nodes
+        if n == 0 or rank > last_rank.get(depth, -1):
+            return 0.0
+        rate = rates.get((depth, rank), 0.0)
+        best = 0.0
+        for size in range(1, n + 1):  # this child's subtree takes `size` nodes, later siblings the rest
+            best = max(best, rate * (1.0 + forest(depth + 1, 0, size - 1)) + forest(depth, rank + 1, n - size))
+        return best
+
+    return 1.0 + forest(1, 0, budget)
+
+
+def price_position(decoders: list, ctx: list[int], params: SamplingParams, seed: int,
+                   ranks: dict | None = None) -> list[float]:
+    """Both caches hold ctx[:-1]; ctx[-1] is the root at slot n -> each decoder's exact tokens per call
+    (and, into `ranks`, the rank acceptance of the last decoder's tree)."""
+    n = len(ctx) - 1
+    decoders[0].prefill_models(ctx[:-1])
+    state = getattr(decoders[0], "pending_features", None)  # an EAGLE-3 head's pair for the root
+    prices = []
+    for dec in decoders:
+        if state is not None:
+            dec.pending_features = state
+        draft = dec.draft_sampled([ctx[-1]], n, params, torch.Generator().manual_seed(seed))
+        kept, sub, probs = dec.score_sampled(draft, n, params)
+        rule = "block" if draft.q is not None else dec.tree_rule
+        prices.append(exact_tokens_per_call(draft, kept, probs)[rule])
+    if ranks is not None and draft.q_rows is not None:
+        add_rank_acceptance(ranks, sub, probs, draft.q_rows[kept])
+    return prices
+
+
+def clustered_ratio(per_text: list[tuple[list[float], list[float]]]) -> tuple[float, float]:
+    """sum(b) / sum(a) over texts and its standard error clustered by text (delta method)."""
+    a_tot, b_tot = (sum(sum(t[k]) for t in per_text) for k in (0, 1))
+    r = b_tot / a_tot
+    k = len(per_text)
+    resid = sum((sum(b) - r * sum(a)) ** 2 for a, b in per_text)
+    return r, math.sqrt(resid * k / max(k - 1, 1)) / a_tot
+
+
+def report(temp: float, runs, prices: list[list[list[float]]]) -> dict:
+    """prices[text][position][shape] -> printed table and its JSON."""
+    rows = {}
+    for s, (rule, shape) in enumerate(runs):
+        flat = [p[s] for text in prices for p in text]
+        mean = sum(flat) / len(flat)
+        se = math.sqrt(sum((x - mean) ** 2 for x in flat) / max(len(flat) - 1, 1) / len(flat))
+        pairs = [([p[0] for p in text], [p[s] for p in text]) for text in prices if text]
+        ratio, ratio_se = clustered_ratio(pairs)
+        name = f"{rule} D{shape.depth}W{shape.width}V{shape.verify}"
+        rows[name] = {"tokens_per_call": round(mean, 4), "se": round(se, 4), "ratio": round(ratio, 4),
+                      "ratio_se": round(ratio_se, 4), "positions": len(flat)}
+        print(f"T={temp:<4} {name:<22} {mean:7.3f} +- {se:.3f}   x{ratio:.3f} +- {ratio_se:.3f}", flush=True)
+    return rows
+
+
+def print_bound(temp: float, ranks: dict, budgets: list[int]) -> dict:
+    """The measured rates per (depth, rank) and the best trees they allow with each budget of nodes."""
+    rates = {key: num / den for key, (num, den) in sorted(ranks.items()) if den > 0}
+    for depth in sorted({d for d, _ in rates}):
+        row = " ".join(f"{rates[(d, r)]:.3f}" for d, r in rates if d == depth)
+        print(f"T={temp:<4} depth {depth} acceptance by sibling rank (given the parent's): {row}")
+    bounds = {budget: round(best_tree_bound(rates, budget), 4) for budget in budgets}
+    for budget, bound in bounds.items():
+        print(f"T={temp:<4} best {budget}-node tree at these rates: {bound:.3f} tokens per call")
+    return {"rates": {f"{d},{r}": round(v, 4) for (d, r), v in rates.items()}, "best_tree": bounds}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(ap, 0, "RULE:DxWxV, comma-separated (chain, rrs or traversal); ratios are to the first")
+    ap.add_argument("-n", type=int, default=64, help="sampled tokens per prompt (default 64)")
+    ap.add_argument("--stride", type=int, default=4, help="price every STRIDE-th position (default 4)")
+    ap.add_argument("--bound", type=lambda v: [int(x) for x in v.split(",")], metavar="V[,V]",
+                    help="also measure each (depth, sibling rank)'s acceptance under recursive rejection on the LAST "
+                         "shape (a wide tree, e.g. rrs:4x8x32) and print the best V-node trees those rates allow")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    runs = parse_runs(args.shapes)
+    if any(rule == "point-mass" for rule, _ in runs):
+        raise SystemExit("point-mass trees are grown greedily and have no exact price here; use chain, rrs or traversal")
+    rt = Runtime.load(args.bundle)
+    prompts = load_prompts(args.prompts_file, args.prompts)
+    decoders = [rt.decoder(shape=shape, tree_rule="rrs" if rule == "chain" else rule) for rule, shape in runs]
+    print(f"{args.bundle}: {len(prompts)} prompts x {args.n} sampled tokens, every {args.stride}th position; "
+          f"tokens per call (exact, same contexts and seeds) +- standard error, ratio to the first shape")
+    results = {}
+    for temp in (float(t) for t in args.temps.split(",")):
+        params, prices, ranks = SamplingParams(temp), [], {} if args.bound else None
+        with torch.inference_mode():
+            for t, (ids, new) in enumerate(sampled_texts(rt, prompts, args.n, temp)):
+                prices.append([price_position(decoders, ids + new[:j], params, 7919 * t + j, ranks)
+                               for j in range(1, len(new), args.stride)])
+        results[str(temp)] = report(temp, runs, prices)
+        if ranks:
+            results[str(temp)]["bound"] = print_bound(temp, ranks, args.bound)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
