@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Paired pricing of the T > 0 rules: every shape drafts from the same contexts and is priced exactly.
+"""Paired pricing of tree shapes and T > 0 rules: every shape drafts from the same contexts, priced exactly.
 
 `bench_sampling.py` counts what each decoder accepts, but each decoder samples its own texts, and
 on a few dozen prompts the texts' own variation is larger than the differences between rules. Here
@@ -10,6 +10,8 @@ exactly under its rule (1 + the expected accepted length: block verification for
 rejection or traversal verification for a sampled tree; `bench_sampling.exact_tokens_per_call`).
 Printed per shape: the mean over positions with its standard error, and the ratio to the first
 shape with a standard error clustered by prompt (positions of one text are not independent).
+At T = 0 (`--temps 0`) the text is the verifier's greedy one and every shape drafts its greedy tree;
+a node is accepted when it is the verifier's argmax after its accepted parent (the rule is ignored).
 
     python tools/bench_sampling_paired.py B --prompts-file $D/prompts.json --temps 0.7,1.0 \\
         --shapes chain:8x1x8,rrs:1x8x8,rrs:3x4x8 --stride 4 --threads 2
@@ -33,7 +35,7 @@ from bench_sampling import add_common_args, exact_tokens_per_call, load_prompts,
 
 from yggc.runtime import Runtime  # noqa: E402
 from yggc.tree.recursive_rejection import acceptance_probs  # noqa: E402
-from yggc.tree.sampling import SamplingParams  # noqa: E402
+from yggc.tree.sampling import SamplingParams, target_probs  # noqa: E402
 from yggc.tree.verification import children_lists  # noqa: E402
 
 
@@ -43,11 +45,21 @@ def sampled_texts(rt: Runtime, prompts: list[str], n: int, temp: float) -> list[
     return [(rt.encode(p), rt.generate(p, n, temperature=temp, seed=i, decoder=ar).tokens) for i, p in enumerate(prompts)]
 
 
-def add_rank_acceptance(ranks: dict, sub, probs: torch.Tensor, q_rows: torch.Tensor) -> None:
-    """ranks[(depth, sibling rank)] += (P(child accepted), P(its parent accepted)) under recursive rejection."""
-    accepted = acceptance_probs(sub.tokens, sub.parents, probs, q_rows).tolist()
+def greedy_acceptance(sub, logits: torch.Tensor) -> list[float]:
+    """Per node of a greedy tree: 1.0 for the root and for a node that is the verifier's argmax after its
+    accepted parent, else 0.0 (at most one path is accepted)."""
+    best, tokens, parents = logits.argmax(-1).tolist(), sub.tokens.tolist(), sub.parents.tolist()
+    accepted = [1.0] + [0.0] * (len(tokens) - 1)
+    for i in range(1, len(tokens)):  # parents come before their children
+        accepted[i] = accepted[parents[i]] * float(tokens[i] == best[parents[i]])
+    return accepted
+
+
+def add_rank_acceptance(ranks: dict, sub, accepted: list[float], greedy: bool) -> None:
+    """ranks[(depth, sibling rank)] += (P(child accepted), P(its parent accepted)); siblings rank in draw order
+    (a sampled tree) or by the drafter's probability (a greedy tree)."""
     depth = sub.depth.tolist()
-    for u, kids in enumerate(children_lists(sub.parents, None)):  # siblings in draw order
+    for u, kids in enumerate(children_lists(sub.parents, sub.cum_logp if greedy else None)):
         for rank, c in enumerate(kids):
             num, den = ranks.get((depth[c], rank), (0.0, 0.0))
             ranks[(depth[c], rank)] = (num + accepted[c], den + accepted[u])
@@ -85,12 +97,21 @@ def price_position(decoders: list, ctx: list[int], params: SamplingParams, seed:
     for dec in decoders:
         if state is not None:
             dec.pending_features = state
+        if params.greedy:
+            draft = dec.draft_tree([ctx[-1]], n)
+            kept, sub, logits = dec.score_draft(draft, n)
+            accepted = greedy_acceptance(sub, logits)
+            prices.append(sum(accepted))
+            continue
         draft = dec.draft_sampled([ctx[-1]], n, params, torch.Generator().manual_seed(seed))
-        kept, sub, probs = dec.score_sampled(draft, n, params)
+        kept, sub, logits = dec.score_draft(draft, n)
+        probs = target_probs(logits, params)
         rule = "block" if draft.q is not None else dec.tree_rule
         prices.append(exact_tokens_per_call(draft, kept, probs)[rule])
-    if ranks is not None and draft.q_rows is not None:
-        add_rank_acceptance(ranks, sub, probs, draft.q_rows[kept])
+        if draft.q_rows is not None:
+            accepted = acceptance_probs(sub.tokens, sub.parents, probs, draft.q_rows[kept]).tolist()
+    if ranks is not None and decoders[-1].shape.width > 1:
+        add_rank_acceptance(ranks, sub, accepted, params.greedy)
     return prices
 
 
@@ -112,7 +133,7 @@ def report(temp: float, runs, prices: list[list[list[float]]]) -> dict:
         se = math.sqrt(sum((x - mean) ** 2 for x in flat) / max(len(flat) - 1, 1) / len(flat))
         pairs = [([p[0] for p in text], [p[s] for p in text]) for text in prices if text]
         ratio, ratio_se = clustered_ratio(pairs)
-        name = f"{rule} D{shape.depth}W{shape.width}V{shape.verify}"
+        name = f"{'greedy' if temp == 0 else rule} D{shape.depth}W{shape.width}V{shape.verify}"
         rows[name] = {"tokens_per_call": round(mean, 4), "se": round(se, 4), "ratio": round(ratio, 4),
                       "ratio_se": round(ratio_se, 4), "positions": len(flat)}
         print(f"T={temp:<4} {name:<22} {mean:7.3f} +- {se:.3f}   x{ratio:.3f} +- {ratio_se:.3f}", flush=True)
@@ -137,8 +158,8 @@ def main(argv=None) -> None:
     ap.add_argument("-n", type=int, default=64, help="sampled tokens per prompt (default 64)")
     ap.add_argument("--stride", type=int, default=4, help="price every STRIDE-th position (default 4)")
     ap.add_argument("--bound", type=lambda v: [int(x) for x in v.split(",")], metavar="V[,V]",
-                    help="also measure each (depth, sibling rank)'s acceptance under recursive rejection on the LAST "
-                         "shape (a wide tree, e.g. rrs:4x8x32) and print the best V-node trees those rates allow")
+                    help="also measure each (depth, sibling rank)'s acceptance (recursive rejection at T > 0) on the "
+                         "LAST shape (a wide tree, e.g. rrs:4x8x32) and print the best V-node trees those rates allow")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,5 +1,6 @@
 """tools/bench_sampling_paired.py's pure parts: the best tree under positional acceptance rates (against
-enumerating every tree) and the ratio with its clustered standard error."""
+enumerating every tree), greedy acceptance and rank rates on a hand-made tree, the ratio with its clustered
+standard error."""
 from __future__ import annotations
 
 import itertools
@@ -7,12 +8,14 @@ import math
 import random
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
-from bench_sampling_paired import best_tree_bound, clustered_ratio  # noqa: E402
+from bench_sampling_paired import add_rank_acceptance, best_tree_bound, clustered_ratio, greedy_acceptance  # noqa: E402
 
 
 def all_trees(n: int) -> list[tuple]:
@@ -51,3 +54,17 @@ def test_clustered_ratio():
     assert clustered_ratio(texts) == (2.0, 0.0)
     r, se = clustered_ratio([([1.0], [1.0]), ([1.0], [3.0])])
     assert r == 2.0 and se == pytest.approx(math.sqrt((1 - 2) ** 2 + (3 - 2) ** 2) * math.sqrt(2) / 2)
+
+
+def test_greedy_acceptance_and_rank_rates():
+    # root 0 -> children 1 (token 5), 2 (token 7); 1 -> 3 (token 2); 2 -> 4 (token 9). The verifier's argmax
+    # after the root is 7 and after node 2 is 9: the path 0-2-4 is accepted, node 1 and its child are not.
+    sub = SimpleNamespace(tokens=torch.tensor([0, 5, 7, 2, 9]), parents=torch.tensor([-1, 0, 0, 1, 2]),
+                          depth=torch.tensor([0, 1, 1, 2, 2]), cum_logp=torch.tensor([0.0, -0.5, -1.0, -2.0, -1.5]))
+    logits = torch.full((5, 10), -1.0)
+    logits[0, 7] = logits[2, 9] = logits[1, 2] = 1.0  # node 1's argmax is its child's token, but 1 is rejected
+    accepted = greedy_acceptance(sub, logits)
+    assert accepted == [1.0, 0.0, 1.0, 0.0, 1.0]
+    ranks = {}
+    add_rank_acceptance(ranks, sub, accepted, greedy=True)  # siblings 1, 2 rank by cum_logp: 1 first
+    assert ranks == {(1, 0): (0.0, 1.0), (1, 1): (1.0, 1.0), (2, 0): (1.0, 1.0)}  # node 3 adds (0, 0)

@@ -202,19 +202,20 @@ class SpeculativeDecoder:
         self.take_verify_outputs(handoff, slice(0, k + 1))  # the handoff's rows are the path's already
         return emit[: k + 1].tolist(), last_id, max_depth
 
-    def score_sampled(self, draft: Draft, n: int, params: SamplingParams) -> tuple[torch.Tensor, TokenTree, torch.Tensor]:
+    def score_draft(self, draft: Draft, n: int) -> tuple[torch.Tensor, TokenTree, torch.Tensor]:
         """The draft pruned to V nodes and scored by the verifier -> (kept ids [V+1], their subtree, the
-        verifier's distributions on it [V+1, vocab]); writes the verifier's K/V at slots n.. only."""
+        verifier's logits on it [V+1, vocab]); writes the verifier's K/V at slots n.. only."""
         kept = prune_topk(draft.tree, self.shape.verify)
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         sub_anc = draft.anc[kept][:, kept]  # kept holds every kept node's ancestors: the subtree's own mask
         mask = tree_mask(n, sub_anc, self.layout.view(n + kept.shape[0]))
-        return kept, sub, target_probs(self.verifier_logits(sub.tokens, n + sub.depth, slots, mask), params)
+        return kept, sub, self.verifier_logits(sub.tokens, n + sub.depth, slots, mask)
 
     def verify_sampled(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
         """Verifier call + a lossless sampling rule on the host -> same as verify_greedy."""
-        kept, sub, probs = self.score_sampled(draft, n, params)
+        kept, sub, logits = self.score_draft(draft, n)
+        probs = target_probs(logits, params)  # [V+1, vocab]
         if self.on_sampled_verify is not None:
             self.on_sampled_verify(draft, kept, probs)
         if draft.q is not None:
