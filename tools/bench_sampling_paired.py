@@ -68,8 +68,8 @@ def add_rank_acceptance(ranks: dict, sub, accepted: list[float], greedy: bool) -
 def best_tree_bound(rates: dict, budget: int) -> float:
     """1 + the largest expected accepted length of a tree of `budget` nodes whose node at (depth, sibling rank)
     is accepted with rates[(depth, rank)] once its parent is (Sequoia's positional model; missing keys are 0).
-    A node's children are its first draws (ranks 0..k-1), as sampled growth keeps them. Exact dynamic
-    programme over (depth, first rank, nodes left)."""
+    A node's children are its first ranks 0..k-1, as EGT growth and top-V pruning keep them (greedy or
+    sampled). Exact dynamic programme over (depth, first rank, nodes left)."""
 
     last_rank = {d: max(r for dd, r in rates if dd == d) for d, _ in rates}
 
@@ -155,7 +155,7 @@ def print_bound(temp: float, ranks: dict, budgets: list[int]) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(ap, 0, "RULE:DxWxV, comma-separated (chain, rrs or traversal); ratios are to the first")
-    ap.add_argument("-n", type=int, default=64, help="sampled tokens per prompt (default 64)")
+    ap.add_argument("-n", type=int, default=64, help="tokens the verifier decodes per prompt (default 64)")
     ap.add_argument("--stride", type=int, default=4, help="price every STRIDE-th position (default 4)")
     ap.add_argument("--bound", type=lambda v: [int(x) for x in v.split(",")], metavar="V[,V]",
                     help="also measure each (depth, sibling rank)'s acceptance (recursive rejection at T > 0) on the "
@@ -169,7 +169,7 @@ def main(argv=None) -> None:
     rt = Runtime.load(args.bundle)
     prompts = load_prompts(args.prompts_file, args.prompts)
     decoders = [rt.decoder(shape=shape, tree_rule="rrs" if rule == "chain" else rule) for rule, shape in runs]
-    print(f"{args.bundle}: {len(prompts)} prompts x {args.n} sampled tokens, every {args.stride}th position; "
+    print(f"{args.bundle}: {len(prompts)} prompts x {args.n} tokens of the verifier's own, every {args.stride}th position; "
           f"tokens per call (exact, same contexts and seeds) +- standard error, ratio to the first shape")
     results = {}
     for temp in (float(t) for t in args.temps.split(",")):
