@@ -36,7 +36,7 @@ from bench_sampling import add_common_args, exact_tokens_per_call, load_prompts,
 from yggc.runtime import Runtime  # noqa: E402
 from yggc.tree.recursive_rejection import acceptance_probs  # noqa: E402
 from yggc.tree.sampling import SamplingParams, target_probs  # noqa: E402
-from yggc.tree.verification import children_lists  # noqa: E402
+from yggc.tree.verification import children_lists, verify_greedy  # noqa: E402
 
 
 def sampled_texts(rt: Runtime, prompts: list[str], n: int, temp: float) -> list[tuple[list[int], list[int]]]:
@@ -46,13 +46,9 @@ def sampled_texts(rt: Runtime, prompts: list[str], n: int, temp: float) -> list[
 
 
 def greedy_acceptance(sub, logits: torch.Tensor) -> list[float]:
-    """Per node of a greedy tree: 1.0 for the root and for a node that is the verifier's argmax after its
-    accepted parent, else 0.0 (at most one path is accepted)."""
-    best, tokens, parents = logits.argmax(-1).tolist(), sub.tokens.tolist(), sub.parents.tolist()
-    accepted = [1.0] + [0.0] * (len(tokens) - 1)
-    for i in range(1, len(tokens)):  # parents come before their children
-        accepted[i] = accepted[parents[i]] * float(tokens[i] == best[parents[i]])
-    return accepted
+    """Per node of a greedy tree: 1.0 for the root and the path greedy verification accepts, else 0.0."""
+    on_path = {0, *verify_greedy(sub.tokens, sub.parents, logits).path}
+    return [float(i in on_path) for i in range(sub.tokens.shape[0])]
 
 
 def add_rank_acceptance(ranks: dict, sub, accepted: list[float], greedy: bool) -> None:
@@ -89,7 +85,7 @@ def best_tree_bound(rates: dict, budget: int) -> float:
 def price_position(decoders: list, ctx: list[int], params: SamplingParams, seed: int,
                    ranks: dict | None = None) -> list[float]:
     """Both caches hold ctx[:-1]; ctx[-1] is the root at slot n -> each decoder's exact tokens per call
-    (and, into `ranks`, the rank acceptance of the last decoder's tree)."""
+    (and, into `ranks`, the rank acceptance of the last decoder's tree: main checks it is priced per node)."""
     n = len(ctx) - 1
     decoders[0].prefill_models(ctx[:-1])
     state = getattr(decoders[0], "pending_features", None)  # an EAGLE-3 head's pair for the root
@@ -99,18 +95,18 @@ def price_position(decoders: list, ctx: list[int], params: SamplingParams, seed:
             dec.pending_features = state
         if params.greedy:
             draft = dec.draft_tree([ctx[-1]], n)
-            kept, sub, logits = dec.score_draft(draft, n)
+            _, sub, logits = dec.score_draft(draft, n)
             accepted = greedy_acceptance(sub, logits)
-            prices.append(sum(accepted))
-            continue
-        draft = dec.draft_sampled([ctx[-1]], n, params, torch.Generator().manual_seed(seed))
-        kept, sub, logits = dec.score_draft(draft, n)
-        probs = target_probs(logits, params)
-        rule = "block" if draft.q is not None else dec.tree_rule
-        prices.append(exact_tokens_per_call(draft, kept, probs)[rule])
-        if draft.q_rows is not None:
-            accepted = acceptance_probs(sub.tokens, sub.parents, probs, draft.q_rows[kept]).tolist()
-    if ranks is not None and decoders[-1].shape.width > 1:
+        else:
+            draft = dec.draft_sampled([ctx[-1]], n, params, torch.Generator().manual_seed(seed))
+            kept, sub, logits = dec.score_draft(draft, n)
+            probs = target_probs(logits, params)
+            accepted = (acceptance_probs(sub.tokens, sub.parents, probs, draft.q_rows[kept]).tolist()
+                        if draft.q_rows is not None and dec.tree_rule == "rrs" else None)
+        # a per-node law sums to 1 + the expected accepted length; chains and traversal are priced as a whole
+        prices.append(sum(accepted) if accepted is not None else
+                      exact_tokens_per_call(draft, kept, probs)["block" if draft.q is not None else dec.tree_rule])
+    if ranks is not None:
         add_rank_acceptance(ranks, sub, accepted, params.greedy)
     return prices
 
@@ -166,6 +162,8 @@ def main(argv=None) -> None:
     runs = parse_runs(args.shapes)
     if any(rule == "point-mass" for rule, _ in runs):
         raise SystemExit("point-mass trees are grown greedily and have no exact price here; use chain, rrs or traversal")
+    if args.bound and (runs[-1][0] != "rrs" or runs[-1][1].width == 1):
+        raise SystemExit("--bound measures rank rates on the last shape: make it a wide rrs tree, e.g. rrs:4x8x32")
     rt = Runtime.load(args.bundle)
     prompts = load_prompts(args.prompts_file, args.prompts)
     decoders = [rt.decoder(shape=shape, tree_rule="rrs" if rule == "chain" else rule) for rule, shape in runs]
