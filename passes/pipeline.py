@@ -267,7 +267,8 @@ def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, step) -> 
         record.update(policy.to_record())
     held = record.get("held_out_tokens_per_ms", {})
     step(f"depth predictor: {'used' if policy else 'not used'}"
-         + (f" ({held['adaptive']:.4f} vs {held['best_constant']:.4f} tokens/ms held out)" if held else ""))
+         + (f" ({held['adaptive']:.4f} vs {held['best_constant']:.4f} tokens/ms held out, an oracle "
+            f"{held['oracle']:.4f})" if held else ""))
     return record
 
 

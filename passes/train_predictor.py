@@ -15,6 +15,7 @@ import torch
 
 from ..plan.calibration import TreeSample, accepted_by_budget, node_weights, truncate
 from ..plan.depth_predictor import DepthPolicy, DepthPredictor, shape_per_depth
+from ..plan.objective import oracle_choice
 from ..plan.shape import TreeShape
 
 HOLDOUT = 5  # every 5th tree is held out
@@ -82,8 +83,10 @@ def train_policy(samples: list[TreeSample], tokens_per_iter: dict[TreeShape, flo
     constant = int(torch.argmax(train.tokens.sum(0) / torch.tensor(ms)))  # the best static shape on train
     adaptive = tokens_per_ms(policy.choose_index(test.features), test, ms)
     static = tokens_per_ms(torch.full((len(test.tokens),), constant), test, ms)
+    oracle = tokens_per_ms(oracle_choice(test.tokens, torch.tensor(ms)), test, ms)  # knows each tree's yield
     used = adaptive > static * MIN_GAIN
-    record.update(used=used, held_out_tokens_per_ms={"adaptive": round(adaptive, 5), "best_constant": round(static, 5)},
+    record.update(used=used, held_out_tokens_per_ms={"adaptive": round(adaptive, 5), "best_constant": round(static, 5),
+                                                     "oracle": round(oracle, 5)},
                   best_constant=[shapes[constant].depth, width, shapes[constant].verify])
     if not used:
         record["reason"] = (f"choosing the depth per iteration did not beat the best constant shape by {MIN_GAIN - 1:.0%} "

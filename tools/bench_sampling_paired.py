@@ -12,6 +12,8 @@ Printed per shape: the mean over positions with its standard error, and the rati
 shape with a standard error clustered by prompt (positions of one text are not independent).
 At T = 0 (`--temps 0`) the text is the verifier's greedy one and every shape drafts its greedy tree;
 a node is accepted when it is the verifier's argmax after its accepted parent (the rule is ignored).
+`--oracle` prices the shapes in the bundle profile's estimated ms per iteration: the best static shape
+against an oracle that picks each position's shape knowing its yield (no depth predictor can do better).
 
     python tools/bench_sampling_paired.py B --prompts-file $D/prompts.json --temps 0.7,1.0 \\
         --shapes chain:8x1x8,rrs:1x8x8,rrs:3x4x8 --stride 4 --threads 2
@@ -26,6 +28,7 @@ import sys
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 TOOLS = Path(__file__).resolve().parent
 if str(TOOLS) not in sys.path:
@@ -33,6 +36,8 @@ if str(TOOLS) not in sys.path:
 
 from bench_sampling import add_common_args, exact_tokens_per_call, load_prompts, parse_runs  # noqa: E402
 
+from yggc.plan.objective import oracle_choice  # noqa: E402
+from yggc.plan.stages import StageCosts, iteration_stages  # noqa: E402
 from yggc.runtime import Runtime  # noqa: E402
 from yggc.tree.recursive_rejection import acceptance_probs  # noqa: E402
 from yggc.tree.sampling import SamplingParams, target_probs  # noqa: E402
@@ -148,6 +153,40 @@ def print_bound(temp: float, ranks: dict, budgets: list[int]) -> dict:
     return {"rates": {f"{d},{r}": round(v, 4) for (d, r), v in rates.items()}, "best_tree": bounds}
 
 
+def drafting_free_ms(shape, costs: StageCosts) -> float:
+    """An iteration's estimated ms with every drafter call free (what an ideal overlap of drafting leaves)."""
+    return sum(st.cost_ms for st in iteration_stages("sequential", shape, costs) if st.role != "drafter")
+
+
+def print_oracle(temp: float, runs, prices: list[list[list[float]]], costs: StageCosts) -> dict:
+    """Tokens per estimated ms: every shape held constant, and the oracle that picks each position's shape
+    knowing its yield (the bound on any per-iteration depth/width predictor over these shapes), also with
+    every drafter call free (the most any overlap of drafting could add) and with all but the verifier's
+    call free (no plan of this iteration's stages does better)."""
+    shapes = [shape for _, shape in runs]
+    tokens = torch.tensor([p for text in prices for p in text], dtype=torch.float64)  # [M positions, S shapes]
+    full = torch.tensor([costs.iteration_ms(s) for s in shapes], dtype=torch.float64)
+    undrafted = torch.tensor([drafting_free_ms(s, costs) for s in shapes], dtype=torch.float64)
+    verify_only = torch.tensor([costs.verifier(s.verify + 1) for s in shapes], dtype=torch.float64)
+    per_shape = tokens.mean(0) / full
+    best = int(per_shape.argmax())
+    out = {"iteration_ms": [round(float(t), 3) for t in full], "tokens_per_ms": [round(float(r), 5) for r in per_shape],
+           "best_static": f"D{shapes[best].depth}W{shapes[best].width}V{shapes[best].verify}"}
+    for name, ms in (("oracle", full), ("oracle_drafting_free", undrafted), ("oracle_verify_only", verify_only)):
+        choice = oracle_choice(tokens, ms)
+        rate = float(tokens.gather(1, choice[:, None]).sum() / ms[choice].sum())
+        share = torch.bincount(choice, minlength=len(shapes)).double() / len(choice)
+        out[name] = {"tokens_per_ms": round(rate, 5), "vs_best_static": round(rate / float(per_shape[best]), 4),
+                     "share": [round(float(x), 3) for x in share]}
+    for s, shape in enumerate(shapes):
+        print(f"T={temp:<4} D{shape.depth}W{shape.width}V{shape.verify}: {out['iteration_ms'][s]:.2f} ms estimated, "
+              f"{per_shape[s]:.4f} tokens/ms, oracle picks it at {out['oracle']['share'][s]:.1%} of positions")
+    print(f"T={temp:<4} best static {out['best_static']}; oracle {out['oracle']['vs_best_static']:.3f}x it, "
+          f"oracle with drafting free {out['oracle_drafting_free']['vs_best_static']:.3f}x, "
+          f"with all but the verifier's call free {out['oracle_verify_only']['vs_best_static']:.3f}x")
+    return out
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(ap, 0, "RULE:DxWxV, comma-separated (chain, rrs or traversal); ratios are to the first")
@@ -156,6 +195,9 @@ def main(argv=None) -> None:
     ap.add_argument("--bound", type=lambda v: [int(x) for x in v.split(",")], metavar="V[,V]",
                     help="also measure each (depth, sibling rank)'s acceptance (recursive rejection at T > 0) on the "
                          "LAST shape (a wide tree, e.g. rrs:4x8x32) and print the best V-node trees those rates allow")
+    ap.add_argument("--oracle", action="store_true",
+                    help="also price every shape in the bundle profile's estimated ms per iteration: the best static "
+                         "shape against an oracle choosing each position's shape (the bound on any depth predictor)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -167,18 +209,23 @@ def main(argv=None) -> None:
     rt = Runtime.load(args.bundle)
     prompts = load_prompts(args.prompts_file, args.prompts)
     decoders = [rt.decoder(shape=shape, tree_rule="rrs" if rule == "chain" else rule) for rule, shape in runs]
-    print(f"{args.bundle}: {len(prompts)} prompts x {args.n} tokens of the verifier's own, every {args.stride}th position; "
+    print(f"{args.bundle}: {len(prompts)} prompts x {args.n} tokens of the verifier's own, "
+          f"one position in {args.stride}; "
           f"tokens per call (exact, same contexts and seeds) +- standard error, ratio to the first shape")
     results = {}
     for temp in (float(t) for t in args.temps.split(",")):
         params, prices, ranks = SamplingParams(temp), [], {} if args.bound else None
         with torch.inference_mode():
-            for t, (ids, new) in enumerate(sampled_texts(rt, prompts, args.n, temp)):
+            texts = sampled_texts(rt, prompts, args.n, temp)
+            for t, (ids, new) in enumerate(tqdm(texts, desc=f"T={temp} texts", unit="text", disable=None)):
                 prices.append([price_position(decoders, ids + new[:j], params, 7919 * t + j, ranks)
                                for j in range(1, len(new), args.stride)])
         results[str(temp)] = report(temp, runs, prices)
         if ranks:
             results[str(temp)]["bound"] = print_bound(temp, ranks, args.bound)
+        if args.oracle:
+            profile = json.loads((Path(args.bundle) / "profile.json").read_text())
+            results[str(temp)]["oracle"] = print_oracle(temp, runs, prices, StageCosts.from_profile(profile))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

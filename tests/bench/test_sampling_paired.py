@@ -1,6 +1,6 @@
 """tools/bench_sampling_paired.py's pure parts: the best tree under positional acceptance rates (against
 enumerating every tree), greedy acceptance and rank rates on a hand-made tree, the ratio with its clustered
-standard error."""
+standard error, the oracle's choice of shape per position."""
 from __future__ import annotations
 
 import itertools
@@ -15,7 +15,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
-from bench_sampling_paired import add_rank_acceptance, best_tree_bound, clustered_ratio, greedy_acceptance  # noqa: E402
+from bench_sampling_paired import (  # noqa: E402
+    add_rank_acceptance,
+    best_tree_bound,
+    clustered_ratio,
+    greedy_acceptance,
+    print_oracle,
+)
 
 
 def all_trees(n: int) -> list[tuple]:
@@ -68,3 +74,20 @@ def test_greedy_acceptance_and_rank_rates():
     ranks = {}
     add_rank_acceptance(ranks, sub, accepted, greedy=True)  # siblings 1, 2 rank by cum_logp: 1 first
     assert ranks == {(1, 0): (0.0, 1.0), (1, 1): (1.0, 1.0), (2, 0): (1.0, 1.0)}  # node 3 adds (0, 0)
+
+
+def test_oracle_picks_each_positions_best_shape_and_beats_the_best_static_one():
+    """Two shapes, each best at half the positions: the oracle takes each where it yields more per ms."""
+    from yggc.plan.cost_model import CostCurve
+    from yggc.plan.shape import TreeShape
+    from yggc.plan.stages import StageCosts
+
+    costs = StageCosts(CostCurve(10.0, 64.0, 0.0), CostCurve(1.0, 64.0, 0.0))  # verify 10 ms at any width
+    runs = [("chain", TreeShape(1, 1, 1)), ("chain", TreeShape(4, 1, 4))]  # 11 and 14 ms an iteration
+    prices = [[[2.0, 1.0], [1.0, 5.0]] * 2]  # one text, four positions: [D1 yield, D4 yield]
+    out = print_oracle(0.0, runs, prices, costs)
+    assert out["iteration_ms"] == [11.0, 14.0] and out["best_static"] == "D4W1V4"
+    assert out["oracle"]["share"] == [0.5, 0.5]
+    assert out["oracle"]["tokens_per_ms"] == pytest.approx((2 + 5) / (11 + 14), abs=1e-5)
+    assert out["oracle"]["vs_best_static"] == pytest.approx(((2 + 5) / 25) / (3 / 14), abs=1e-4)
+    assert out["oracle_verify_only"]["tokens_per_ms"] == pytest.approx((2 + 5) / 20, abs=1e-5)

@@ -60,6 +60,7 @@ def test_predictor_beats_the_best_constant_depth_when_depth_is_learnable():
     assert record["used"] and policy is not None
     held = record["held_out_tokens_per_ms"]
     assert held["adaptive"] > 1.2 * held["best_constant"]
+    assert held["oracle"] >= held["adaptive"]  # nothing chooses better than knowing each tree's yield
     confident, unsure = samples[0].features, samples[1].features
     assert policy.choose(confident).depth >= 5 and policy.choose(unsure).depth <= 2
 
@@ -98,3 +99,20 @@ def test_bundle_policy_loads_from_safetensors_and_a_corrupt_file_is_one_error(tm
     (tmp_path / "predictor.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(YggcError, match="its depth predictor does not load"):
         load_policy(tmp_path, plan)
+
+
+def test_oracle_choice_is_the_brute_force_best_over_every_assignment():
+    import itertools
+
+    from yggc.plan.objective import oracle_choice
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(30):
+        m, n_shapes = 1 + trial % 5, 1 + trial % 4
+        tokens = torch.randint(1, 7, (m, n_shapes), generator=g).double()
+        ms = 5 + 10 * torch.rand(n_shapes, generator=g, dtype=torch.float64)
+        best = max(sum(tokens[i, c] for i, c in enumerate(cs)) / sum(ms[c] for c in cs)
+                   for cs in itertools.product(range(n_shapes), repeat=m))
+        choice = oracle_choice(tokens, ms)
+        got = tokens.gather(1, choice[:, None]).sum() / ms[choice].sum()
+        assert float(got) == pytest.approx(float(best), rel=1e-12)

@@ -85,7 +85,8 @@ def print_adaptive(record: dict) -> None:
     held = record.get("held_out_tokens_per_ms")
     if held:
         print(f"    held-out trees: {held['adaptive']:.4f} tokens/ms choosing per iteration, "
-              f"{held['best_constant']:.4f} with the best constant shape")
+              f"{held['best_constant']:.4f} with the best constant shape"
+              + (f", {held['oracle']:.4f} choosing with each tree's yield known" if "oracle" in held else ""))
     if not record["used"]:
         print(f"    {record.get('reason', '')}")
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from .shape import TreeShape
 from .stages import StageCosts
 
@@ -63,3 +65,22 @@ def rank_shapes(tokens_per_iter: dict[TreeShape, float], costs: StageCosts | Sam
     """Every candidate scored, best first (ties: the smaller tree, then the shallower one)."""
     scores = [score(s, t, costs) for s, t in tokens_per_iter.items()]
     return sorted(scores, key=lambda c: (-c.speedup, c.shape.n_nodes, c.shape.verify, c.shape.depth))
+
+
+def oracle_choice(tokens: torch.Tensor, iteration_ms: torch.Tensor) -> torch.Tensor:
+    """The per-iteration shape choice with the most tokens per millisecond over all iterations when each
+    iteration's yield under every shape is known (an oracle: the bound any depth or width predictor is under).
+
+    tokens: [M, S] tokens iteration m yields under shape s; iteration_ms: [S] -> [M] chosen shape indices.
+    Maximises sum(tokens[m, c_m]) / sum(iteration_ms[c_m]) exactly by Dinkelbach's iteration: choose
+    argmax(tokens - lam * ms) per iteration, set lam to the ratio that choice reaches, until lam stops rising.
+    """
+    ms = iteration_ms.to(tokens.dtype)
+    choice = (tokens.sum(0) / (ms * tokens.shape[0])).argmax().expand(tokens.shape[0])  # the best constant
+    lam = float(tokens.gather(1, choice[:, None]).sum() / ms[choice].sum())
+    while True:
+        better = (tokens - lam * ms).argmax(1)
+        ratio = float(tokens.gather(1, better[:, None]).sum() / ms[better].sum())
+        if ratio <= lam * (1 + 1e-12):
+            return choice
+        choice, lam = better, ratio
