@@ -15,7 +15,7 @@ import torch
 
 from ..plan.calibration import TreeSample, accepted_by_budget, node_weights, truncate
 from ..plan.depth_predictor import DepthPolicy, DepthPredictor, shape_per_depth
-from ..plan.objective import oracle_choice
+from ..plan.objective import choice_tokens_per_ms, oracle_choice
 from ..plan.shape import TreeShape
 
 HOLDOUT = 5  # every 5th tree is held out
@@ -56,12 +56,6 @@ def fit_predictor(data: PredictorData, steps: int = 300, seed: int = 0) -> Depth
     return model.eval()
 
 
-def tokens_per_ms(choice: torch.Tensor, data: PredictorData, iteration_ms: tuple[float, ...]) -> float:
-    """Realized tokens per estimated millisecond when tree i is drafted with shape choice[i]."""
-    tokens = data.tokens.gather(1, choice[:, None]).sum()
-    return float(tokens / torch.tensor(iteration_ms)[choice].sum())
-
-
 def split(data: PredictorData, held_out: bool) -> PredictorData:
     keep = (torch.arange(data.features.shape[0]) % HOLDOUT == 0) == held_out
     return PredictorData(data.features[keep], data.tokens[keep])
@@ -81,9 +75,10 @@ def train_policy(samples: list[TreeSample], tokens_per_iter: dict[TreeShape, flo
     train, test = split(data, held_out=False), split(data, held_out=True)
     policy = DepthPolicy(fit_predictor(train), shapes, ms)
     constant = int(torch.argmax(train.tokens.sum(0) / torch.tensor(ms)))  # the best static shape on train
-    adaptive = tokens_per_ms(policy.choose_index(test.features), test, ms)
-    static = tokens_per_ms(torch.full((len(test.tokens),), constant), test, ms)
-    oracle = tokens_per_ms(oracle_choice(test.tokens, torch.tensor(ms)), test, ms)  # knows each tree's yield
+    ms_t = torch.tensor(ms)
+    adaptive = choice_tokens_per_ms(test.tokens, ms_t, policy.choose_index(test.features))
+    static = choice_tokens_per_ms(test.tokens, ms_t, torch.full((len(test.tokens),), constant))
+    oracle = choice_tokens_per_ms(test.tokens, ms_t, oracle_choice(test.tokens, ms_t))  # knows each tree's yield
     used = adaptive > static * MIN_GAIN
     record.update(used=used, held_out_tokens_per_ms={"adaptive": round(adaptive, 5), "best_constant": round(static, 5),
                                                      "oracle": round(oracle, 5)},

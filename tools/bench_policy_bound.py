@@ -34,9 +34,9 @@ if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
 from bench_sampling import load_prompts  # noqa: E402
-from bench_sampling_paired import drafting_free_ms, greedy_acceptance, sampled_texts  # noqa: E402
+from bench_sampling_paired import drafting_free_ms, sampled_texts, score_greedy  # noqa: E402
 
-from yggc.plan.objective import oracle_choice  # noqa: E402
+from yggc.plan.objective import choice_tokens_per_ms, oracle_choice  # noqa: E402
 from yggc.plan.shape import TreeShape  # noqa: E402
 from yggc.plan.stages import StageCosts  # noqa: E402
 from yggc.tree.prune import rank_nodes  # noqa: E402
@@ -54,10 +54,9 @@ def collect(rt, prompts: list[str], n: int, stride: int, shape: TreeShape) -> li
             for j in range(1, len(new), stride):
                 ctx = ids + new[:j]
                 dec.prefill_models(ctx[:-1])
-                draft = dec.draft_tree([ctx[-1]], len(ctx) - 1)
-                ids_kept, sub, logits = dec.score_draft(draft, len(ctx) - 1)  # all nodes, parents first
+                draft, ids_kept, _, flags = score_greedy(dec, ctx)  # all nodes, in the subtree's order
                 accepted = [0.0] * shape.n_nodes
-                for node, flag in zip(ids_kept.tolist(), greedy_acceptance(sub, logits)):
+                for node, flag in zip(ids_kept.tolist(), flags):
                     accepted[node] = flag
                 out.append({"text": t, "p": draft.tree.cum_logp[:shape.n_nodes].float().exp().tolist(),
                             "accepted": accepted, "rank": rank_nodes(draft.tree).tolist()})
@@ -89,22 +88,19 @@ def threshold_shape(pos: dict, expand: float, verify: float, wide: TreeShape) ->
     return TreeShape(steps, w, max(1, sum(1 for i in drafted if pos["p"][i] >= verify)))
 
 
-def rate(real: torch.Tensor, ms: torch.Tensor, choice: torch.Tensor) -> float:
-    """Tokens per ms when position m runs shape choice[m]."""
-    return float(real.gather(1, choice[:, None]).sum() / ms[choice].sum())
-
-
 def threshold_rates(positions: list[dict], shapes: list[TreeShape], real: torch.Tensor, ms: torch.Tensor,
                     wide: TreeShape) -> dict:
     """Tokens per ms of every (expand, verify) threshold pair with verify <= expand."""
     index = {s: k for k, s in enumerate(shapes)}
-    return {(e, v): rate(real, ms, torch.tensor([index[threshold_shape(p, e, v, wide)] for p in positions]))
-            for e in THRESHOLDS for v in THRESHOLDS if v <= e}
+    def choices(e: float, v: float) -> torch.Tensor:
+        return torch.tensor([index[threshold_shape(p, e, v, wide)] for p in positions])
+
+    return {(e, v): choice_tokens_per_ms(real, ms, choices(e, v)) for e in THRESHOLDS for v in THRESHOLDS if v <= e}
 
 
 def best_expected_value(real: torch.Tensor, expect: torch.Tensor, ms: torch.Tensor) -> tuple[float, float]:
     """The expected-value policy at its best lambda -> (tokens per ms, lambda)."""
-    return max((rate(real, ms, (expect - lam * ms).argmax(1)), lam) for lam in LAMBDAS)
+    return max((choice_tokens_per_ms(real, ms, (expect - lam * ms).argmax(1)), lam) for lam in LAMBDAS)
 
 
 def bounds(positions: list[dict], costs: StageCosts, shape: TreeShape) -> dict:
@@ -125,7 +121,7 @@ def bounds(positions: list[dict], costs: StageCosts, shape: TreeShape) -> dict:
     base = float(static[best])
     return {"positions": len(positions), "best_static": {"depth": shapes[best].depth, "verify": shapes[best].verify,
                                                           "tokens_per_ms": round(base, 5)},
-            "oracle": round(rate(real, ms, oracle_choice(real, ms)) / base, 4),
+            "oracle": round(choice_tokens_per_ms(real, ms, oracle_choice(real, ms)) / base, 4),
             "threshold": {"expand": pair[0], "verify": pair[1], "held_out_tokens_per_ms": round(held_out, 5),
                           "held_out_vs_static": round(held_out / float(static_odd[best]), 4)},
             "expected_value": {"lambda": lam, "vs_static": round(ev / base, 4)},
@@ -150,6 +146,8 @@ def main(argv=None) -> None:
     shape = TreeShape(depth, width, depth * width)
     if args.trees and Path(args.trees).is_file():
         positions = json.loads(Path(args.trees).read_text())
+    elif not args.prompts_file:
+        ap.error("--prompts-file is needed to grow the trees (or --trees FILE of trees saved before)")
     else:
         from yggc.runtime import Runtime
         positions = collect(Runtime.load(args.bundle), load_prompts(args.prompts_file, args.prompts), args.n,

@@ -36,7 +36,7 @@ if str(TOOLS) not in sys.path:
 
 from bench_sampling import add_common_args, exact_tokens_per_call, load_prompts, parse_runs  # noqa: E402
 
-from yggc.plan.objective import oracle_choice  # noqa: E402
+from yggc.plan.objective import choice_tokens_per_ms, oracle_choice  # noqa: E402
 from yggc.plan.stages import StageCosts, iteration_stages  # noqa: E402
 from yggc.runtime import Runtime  # noqa: E402
 from yggc.tree.recursive_rejection import acceptance_probs  # noqa: E402
@@ -47,13 +47,23 @@ from yggc.tree.verification import children_lists, verify_greedy  # noqa: E402
 def sampled_texts(rt: Runtime, prompts: list[str], n: int, temp: float) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, the verifier's own sampled continuation) per prompt, seeded by its index."""
     ar = rt.decoder(speculative=False)
-    return [(rt.encode(p), rt.generate(p, n, temperature=temp, seed=i, decoder=ar).tokens) for i, p in enumerate(prompts)]
+    return [(rt.encode(p), rt.generate(p, n, temperature=temp, seed=i, decoder=ar).tokens)
+            for i, p in enumerate(prompts)]
 
 
 def greedy_acceptance(sub, logits: torch.Tensor) -> list[float]:
     """Per node of a greedy tree: 1.0 for the root and the path greedy verification accepts, else 0.0."""
     on_path = {0, *verify_greedy(sub.tokens, sub.parents, logits).path}
     return [float(i in on_path) for i in range(sub.tokens.shape[0])]
+
+
+def score_greedy(dec, ctx: list[int]):
+    """The decoder's greedy tree from root ctx[-1] (its caches hold ctx[:-1]) scored by the verifier ->
+    (draft, kept ids, their subtree, greedy_acceptance per subtree row)."""
+    n = len(ctx) - 1
+    draft = dec.draft_tree([ctx[-1]], n)
+    kept, sub, logits = dec.score_draft(draft, n)
+    return draft, kept, sub, greedy_acceptance(sub, logits)
 
 
 def add_rank_acceptance(ranks: dict, sub, accepted: list[float], greedy: bool) -> None:
@@ -99,9 +109,7 @@ def price_position(decoders: list, ctx: list[int], params: SamplingParams, seed:
         if state is not None:
             dec.pending_features = state
         if params.greedy:
-            draft = dec.draft_tree([ctx[-1]], n)
-            _, sub, logits = dec.score_draft(draft, n)
-            accepted = greedy_acceptance(sub, logits)
+            draft, kept, sub, accepted = score_greedy(dec, ctx)
         else:
             draft = dec.draft_sampled([ctx[-1]], n, params, torch.Generator().manual_seed(seed))
             kept, sub, logits = dec.score_draft(draft, n)
@@ -174,7 +182,7 @@ def print_oracle(temp: float, runs, prices: list[list[list[float]]], costs: Stag
            "best_static": f"D{shapes[best].depth}W{shapes[best].width}V{shapes[best].verify}"}
     for name, ms in (("oracle", full), ("oracle_drafting_free", undrafted), ("oracle_verify_only", verify_only)):
         choice = oracle_choice(tokens, ms)
-        rate = float(tokens.gather(1, choice[:, None]).sum() / ms[choice].sum())
+        rate = choice_tokens_per_ms(tokens, ms, choice)
         share = torch.bincount(choice, minlength=len(shapes)).double() / len(choice)
         out[name] = {"tokens_per_ms": round(rate, 5), "vs_best_static": round(rate / float(per_shape[best]), 4),
                      "share": [round(float(x), 3) for x in share]}
@@ -203,7 +211,8 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     runs = parse_runs(args.shapes)
     if any(rule == "point-mass" for rule, _ in runs):
-        raise SystemExit("point-mass trees are grown greedily and have no exact price here; use chain, rrs or traversal")
+        raise SystemExit("point-mass trees are grown greedily and have no exact price here; "
+                         "use chain, rrs or traversal")
     if args.bound and (runs[-1][0] != "rrs" or runs[-1][1].width == 1):
         raise SystemExit("--bound measures rank rates on the last shape: make it a wide rrs tree, e.g. rrs:4x8x32")
     rt = Runtime.load(args.bundle)

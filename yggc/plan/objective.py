@@ -67,6 +67,11 @@ def rank_shapes(tokens_per_iter: dict[TreeShape, float], costs: StageCosts | Sam
     return sorted(scores, key=lambda c: (-c.speedup, c.shape.n_nodes, c.shape.verify, c.shape.depth))
 
 
+def choice_tokens_per_ms(tokens: torch.Tensor, iteration_ms: torch.Tensor, choice: torch.Tensor) -> float:
+    """Tokens per ms over all iterations when iteration m runs shape choice[m]: tokens [M, S], iteration_ms [S]."""
+    return float(tokens.gather(1, choice[:, None]).sum() / iteration_ms[choice].sum())
+
+
 def oracle_choice(tokens: torch.Tensor, iteration_ms: torch.Tensor) -> torch.Tensor:
     """The per-iteration shape choice with the most tokens per millisecond over all iterations when each
     iteration's yield under every shape is known (an oracle: the bound any depth or width predictor is under).
@@ -77,10 +82,10 @@ def oracle_choice(tokens: torch.Tensor, iteration_ms: torch.Tensor) -> torch.Ten
     """
     ms = iteration_ms.to(tokens.dtype)
     choice = (tokens.sum(0) / (ms * tokens.shape[0])).argmax().expand(tokens.shape[0])  # the best constant
-    lam = float(tokens.gather(1, choice[:, None]).sum() / ms[choice].sum())
+    lam = choice_tokens_per_ms(tokens, ms, choice)
     while True:
         better = (tokens - lam * ms).argmax(1)
-        ratio = float(tokens.gather(1, better[:, None]).sum() / ms[better].sum())
+        ratio = choice_tokens_per_ms(tokens, ms, better)
         if ratio <= lam * (1 + 1e-12):
             return choice
         choice, lam = better, ratio
