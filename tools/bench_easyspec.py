@@ -31,6 +31,7 @@ from yggc.runtime.cache_layout import prefill
 from yggc.runtime.draft_phase import DraftPhase
 from yggc.runtime.fuzzy_decoder import FuzzyDecoder
 from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.tensor_parallel import free_port, process_group
 
 WORLD = 2
 
@@ -77,16 +78,12 @@ def timed_calls(call, repeats: int, barrier=None) -> float:
 
 def rank_main(rank: int, port: int, args, shape: TreeShape, out) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    torch.set_num_threads(1)
-    with torch.inference_mode():
+    with process_group("gloo", rank=rank, world_size=WORLD), torch.inference_mode():
+        torch.set_num_threads(1)
         out[rank] = timed_calls(phase_call(args, WORLD, rank, shape), args.calls, dist.barrier)
-    dist.destroy_process_group()
 
 
 def draft_phase_times(args, shape: TreeShape) -> None:
-    from yggc.runtime.tensor_parallel import free_port
-
     rows = {"1 process, 1 thread, sequential": [], f"1 process, {args.threads} threads, sequential": [],
             "2 ranks x 1 thread, fuzzy all:2": []}
     keys = list(rows)

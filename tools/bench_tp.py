@@ -36,7 +36,7 @@ from yggc.bench.floor import read_gbs, weight_bytes
 from yggc.runtime import models
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import CacheLayout
-from yggc.runtime.tensor_parallel import free_port
+from yggc.runtime.tensor_parallel import free_port, process_group
 from yggc.runtime.timing import median_ms
 
 MODES = ("eager", "aoti", "ingraph", "segments")
@@ -73,9 +73,8 @@ def time_modes(graph, layout: CacheLayout, args, tmp: Path, tag: str, modes=MODE
 
 def rank_main(rank: int, args, port: int, tmp: str, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    torch.set_num_threads(1)
-    try:
+    with process_group("gloo", rank=rank, world_size=WORLD):
+        torch.set_num_threads(1)
         dist.barrier()
         bandwidth = read_gbs(512 * 2**20)
         graph = tp.load_tp_model(args.model, CacheLayout(args.max_seq).n_slots, models.parse_dtype(args.dtype))
@@ -86,8 +85,6 @@ def rank_main(rank: int, args, port: int, tmp: str, results) -> None:
         times = time_modes(graph, layout, args, Path(tmp), f"rank{rank}")
         results[rank] = {"bandwidth": bandwidth, "bytes": weight_bytes(graph), "ms": times, "allreduce": allreduce,
                          "collectives": 2 * graph.cfg.n_layers + 1}
-    finally:
-        dist.destroy_process_group()
 
 
 def single_process(args, tmp: Path) -> dict:

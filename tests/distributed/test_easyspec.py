@@ -4,7 +4,6 @@ and after each bonus calibration every rank's drafter K/V equal an exact sequent
 import json
 
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from checkpoints import write_checkpoint
 from test_tensor_parallel import WORLD, decode, prompt, run_cli
@@ -16,6 +15,7 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
 from yggc.runtime.cache_layout import CacheLayout, causal_rows, prefill
 from yggc.runtime.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
+from yggc.runtime.tensor_parallel import process_group
 from yggc.tree.sampling import SamplingParams
 
 LAYOUT = CacheLayout(128)
@@ -46,9 +46,8 @@ def calibrated_caches_are_exact(dec, drafter, exact, vocab: int) -> bool:
 
 
 def rank_main(rank: int, init: str, verifier: str, drafter_dir: str, out: str) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
-    torch.set_num_threads(1)
-    try:
+    with process_group("gloo", init_method=init, rank=rank, world_size=WORLD):
+        torch.set_num_threads(1)
         graph = load_tp_model(verifier, LAYOUT.n_slots)
         vocab = graph.cfg.vocab_size
         drafter = load_model(drafter_dir, LAYOUT.n_slots)
@@ -62,8 +61,6 @@ def rank_main(rank: int, init: str, verifier: str, drafter_dir: str, out: str) -
         with open(f"{out}/easyspec{rank}.json", "w") as f:
             json.dump({"tokens": tokens, "accepted": dec.stats.n_accept, "exact_cache": exact_cache,
                        "sets": [list(g) for g in fuzzy.groups]}, f)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_easyspec_across_ranks_is_lossless_and_calibrates_the_drafter_cache(tmp_path):

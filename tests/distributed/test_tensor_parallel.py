@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from checkpoints import write_checkpoint
 from safetensors.torch import load_file, save_file
@@ -19,6 +18,7 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.tensor_parallel import process_group
 from yggc.tree.sampling import SamplingParams
 
 WORLD = 2
@@ -36,9 +36,8 @@ def decode(dec, ids, n=32) -> list[int]:
 
 
 def rank_main(rank: int, init: str, verifier: str, drafter: str, out: str) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
-    torch.set_num_threads(1)
-    try:
+    with process_group("gloo", init_method=init, rank=rank, world_size=WORLD):
+        torch.set_num_threads(1)
         layout = CacheLayout(128)
         graph = load_tp_model(verifier, layout.n_slots)
         vocab = graph.cfg.vocab_size
@@ -53,8 +52,6 @@ def rank_main(rank: int, init: str, verifier: str, drafter: str, out: str) -> No
                   "kv_heads": graph.layers[0].attn.cache.k.shape[0]}
         with open(f"{out}/tokens{rank}.json", "w") as f:
             json.dump(tokens, f)
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -117,10 +114,9 @@ def test_tp_flag_errors_are_one_line(tmp_path):
 
 
 def nccl_rank_main(rank: int, init: str, verifier: str, out: str) -> None:
-    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=WORLD)
-    torch.cuda.set_device(rank)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
+    with process_group("nccl", init_method=init, rank=rank, world_size=WORLD):
+        torch.cuda.set_device(rank)
+        torch.backends.cuda.matmul.allow_tf32 = False
         layout, device = CacheLayout(128), f"cuda:{rank}"
         graph = load_tp_model(verifier, layout.n_slots, device=device)
         pos = torch.arange(24, device=device)
@@ -128,8 +124,6 @@ def nccl_rank_main(rank: int, init: str, verifier: str, out: str) -> None:
         with torch.inference_mode():
             logits = graph(ids, pos, pos.clone(), causal_rows(pos, layout.n_slots))
         save_file({"logits": logits.cpu().contiguous()}, f"{out}/logits{rank}.safetensors")
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.mark.cuda

@@ -8,10 +8,11 @@ here).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -63,6 +64,29 @@ def join(device: str = "cpu") -> int:
     return dist.get_rank()
 
 
+def leave(completed: bool = True) -> None:
+    """Destroy this rank's process group. After a completed run the ranks first meet at a barrier: a rank that
+    closes its connections while a peer's last collective is still in flight can make gloo abort that peer."""
+    if not dist.is_initialized():
+        return
+    if completed:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def process_group(backend: str, **init_args) -> Iterator[None]:
+    """init_process_group(backend, **init_args) for the block's length; leave() after it (no barrier when it
+    raised: a peer may never reach one)."""
+    dist.init_process_group(backend, **init_args)
+    completed = False
+    try:
+        yield
+        completed = True
+    finally:
+        leave(completed)
+
+
 def _rank_graph(path, n_slots: int, dtype: torch.dtype, device, weights: bool = True):
     if not weights:  # tensor-parallel bundles are O1: their packages take the slice's weights as inputs
         raise ValueError("a tensor-parallel rank always loads its weight slice")
@@ -93,14 +117,15 @@ def _rank_main(rank: int, world: int, port: int, fn: Callable[[], int], results)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     quiet_unless_first(rank)  # before anything can fail: every rank reports the same error
+    completed = False
     try:
         results[rank] = fn()
+        completed = True
     except USER_ERRORS as e:  # the one line the CLI prints, from rank 0
         print(f"yggc: error: {e}", file=sys.stderr)
         results[rank] = 2
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave(completed)
 
 
 def launch(world: int, fn: Callable[[], int]) -> int:
