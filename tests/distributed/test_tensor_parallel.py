@@ -103,6 +103,20 @@ def test_yggc_run_tp_starts_the_ranks_and_writes_once(tmp_path):
     assert json.loads(split.stdout)["tokens"] == json.loads(whole.stdout)["tokens"]
 
 
+def test_torchrun_starts_yggc_as_a_module_and_rank_0_writes_once(tmp_path):
+    """The route the help and errors name: `torchrun --nproc-per-node 2 -m yggc run ...`."""
+    v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=5)
+    d = write_checkpoint(tmp_path / "d", "llama_gqa", seed=6, base=v, noise=0.03)
+    common = ["-m", str(v), "-md", str(d), "--prompt-ids", "3,1,4,1,5", "-n", "24", "--threads", "1", "--json"]
+    launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "yggc",
+                               "run", *common], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    whole = run_cli(*common)
+    assert launched.returncode == 0, launched.stderr
+    assert len(launched.stdout.strip().splitlines()) == 1  # rank 1 is silent
+    assert json.loads(launched.stdout)["tokens"] == json.loads(whole.stdout)["tokens"]
+
+
 def test_tp_flag_errors_are_one_line(tmp_path):
     v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=5)
     mismatch = run_cli("-m", str(v), "--prompt-ids", "3,1", "--tp", "3", env={"WORLD_SIZE": "2"})

@@ -171,14 +171,25 @@ def silence_third_party_noise() -> None:
         warnings.filterwarnings("ignore", message=re.escape(prefix), category=category)
 
 
+def leave_ranks(completed: bool) -> None:
+    """Started by torchrun: leave the process group the command joined, at a barrier after a completed one."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from ..runtime.tensor_parallel import leave
+
+        leave(completed)
+
+
 def main(argv: list[str] | None = None) -> int:
     silence_third_party_noise()
     args = build_parser().parse_args(argv)
     try:
         module, function = COMMANDS[args.command]
-        return getattr(importlib.import_module(f".{module}", __package__), function)(args)
+        code = getattr(importlib.import_module(f".{module}", __package__), function)(args)
+        leave_ranks(completed=True)
+        return code
     except USER_ERRORS as e:
         print(f"yggc: error: {e}", file=sys.stderr)
+        leave_ranks(completed=False)
         return 2
     except KeyboardInterrupt:
         print("yggc: interrupted", file=sys.stderr)
