@@ -23,6 +23,10 @@ PROFILE_SCHEMA = "yggc-profile/1"
 # the experts its rows activate (MoESD's N(t)), and every model's GEMMs step up one row past a block of rows:
 # 16 on AMX (17, 33), 4 for the AVX2 bf16 kernel (5, 9). The cost model needs points on both sides of those bends.
 PACKAGE_PROBE_WIDTHS = (2, 4, 5, 8, 9, 12, 16, 17, 24, 32, 33, 48, 64)
+# ... and every width up to this one: a tree verifies a few nodes plus the root, and the objective prices a timed
+# width at its own median (yggc.plan.cost_model.MeasuredCurve), where the smooth fit can be off by more than the
+# candidate shapes differ. About 2 s of a compile on SmolLM2.
+PACKAGE_EVERY_WIDTH = 17
 
 
 def probe_tokens(width: int, vocab: int, device) -> torch.Tensor:
@@ -41,8 +45,10 @@ def timed_widths(model, widths: list[int]) -> list[int]:
 
 def profiled_widths(widths: list[int], package_width: int) -> list[int]:
     """The widths profile_forward times: the buckets' and, where one package serves every width up to
-    package_width, the probe widths that shape the cost curve; none for a model without buckets."""
-    return sorted({*widths, *(w for w in PACKAGE_PROBE_WIDTHS if w <= package_width)}) if widths else []
+    package_width, every width up to PACKAGE_EVERY_WIDTH and the probe widths that shape the cost curve; none
+    for a model without buckets."""
+    served = (*range(1, PACKAGE_EVERY_WIDTH + 1), *PACKAGE_PROBE_WIDTHS)
+    return sorted({*widths, *(w for w in served if w <= package_width)}) if widths else []
 
 
 def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repeats: int) -> float:

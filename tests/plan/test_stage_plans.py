@@ -51,6 +51,21 @@ def test_glue_is_what_the_phases_took_beyond_the_priced_stages():
         assert list_schedule(iteration_dag(variant, shape, costs)).iteration_ms == pytest.approx(total)
 
 
+def test_a_timed_width_is_priced_at_its_median_and_others_by_the_fit():
+    """The fit is a smooth roofline; where the profile timed a width the objective takes the timing, so a shape
+    whose verify width the fit overprices is not ranked below one it prices right."""
+    timed = {"1": 10.0, "2": 10.2, "4": 10.5}  # flat to 4 rows: the fit's knee at 8 says 10.0 there
+    profile = {**PROFILE, "models": {**PROFILE["models"], "verifier": {**PROFILE["models"]["verifier"],
+                                                                      "bucket_ms": timed}}}
+    costs = StageCosts.from_profile(profile)
+    assert [costs.verifier(w) for w in (1, 2, 4)] == [10.0, 10.2, 10.5]
+    assert costs.verifier(3) == STAGES.verifier(3) == pytest.approx(10.0)  # not timed: the fit
+    assert costs.verifier(12) == STAGES.verifier(12) == pytest.approx(14.0)
+    assert costs.drafter(4) == STAGES.drafter(4)  # no timings: the fit alone
+    shape = TreeShape(1, 4, 3)  # verifies 4 rows
+    assert costs.iteration_ms(shape) - STAGES.iteration_ms(shape) == pytest.approx(0.5)
+
+
 def test_a_profile_without_the_phases_shape_prices_no_glue():
     """Bundles written before phase_shape was recorded keep their estimates."""
     costs = StageCosts.from_profile({**PROFILE, "phase_ms": {"draft": 50.0, "verify": 50.0}})

@@ -51,7 +51,7 @@ def test_tree_decoding_through_compiled_experts_equals_ar(moe_bundle):
 
 
 def test_profile_fits_the_expert_cost_model(moe_bundle):
-    from yggc.passes.profile import PACKAGE_PROBE_WIDTHS
+    from yggc.passes.profile import PACKAGE_EVERY_WIDTH, PACKAGE_PROBE_WIDTHS
 
     from yggc.plan.cost_model import CostCurve
 
@@ -64,6 +64,7 @@ def test_profile_fits_the_expert_cost_model(moe_bundle):
     widths = {int(w) for w in verifier["bucket_ms"]}
     package = json.loads((bundle / "manifest.json").read_text())["extra"]["package_width"]
     assert {w for w in PACKAGE_PROBE_WIDTHS if w <= package} <= widths  # the curve's bends are timed
+    assert set(range(1, min(package, PACKAGE_EVERY_WIDTH) + 1)) <= widths  # and every width a small tree verifies
 
 
 def test_profile_command_prints_the_expert_terms_and_target_efficiency(moe_bundle, capsys):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from .cost_model import CostCurve
+from .cost_model import CostCurve, MeasuredCurve
 from .shape import HEAD_WIDTH, TreeShape
 
 VARIANTS = ("sequential", "aot_tail", "aot_head", "fuzzy")
@@ -57,18 +57,19 @@ def split_assignment(verifier_factor: float, drafter_factor: float) -> Assignmen
 @dataclass(frozen=True)
 class StageCosts:
     """Profiled costs (ms, every core) the stages, and so the objective, are priced from."""
-    verifier: CostCurve  # T_verifier(width)
-    drafter: CostCurve   # T_drafter(width)
+    verifier: CostCurve | MeasuredCurve  # T_verifier(width)
+    drafter: CostCurve | MeasuredCurve   # T_drafter(width)
     host_ms: dict[str, float] = field(default_factory=dict)  # prune, accept_greedy, compact_kv (profile host_ms)
     fuzzy: dict[str, float] = field(default_factory=dict)  # draft_factor, acceptance_ratio (profile "fuzzy")
     glue_ms: tuple[float, float] = (0.0, 0.0)  # host work around the calls: per drafter call, per verify phase
 
     @classmethod
     def from_profile(cls, profile: dict, depth: int = 1) -> StageCosts:
-        """The fitted curves; a drafter without forward buckets (an EAGLE-3 head compiled for one shape)
-        is priced per step from its measured draft phase of `depth` steps. Where the profile timed the phases
-        whole at a recorded shape, the host glue is what they took beyond the priced stages."""
-        curves = {name: CostCurve(**m["cost_curve"]) for name, m in profile["models"].items() if "cost_curve" in m}
+        """The profiled curves (each timed width at its median, the fit elsewhere); a drafter without forward
+        buckets (an EAGLE-3 head compiled for one shape) is priced per step from its measured draft phase of
+        `depth` steps. Where the profile timed the phases whole at a recorded shape, the host glue is what they
+        took beyond the priced stages."""
+        curves = {name: MeasuredCurve.from_profile(m) for name, m in profile["models"].items() if "cost_curve" in m}
         if "drafter" not in curves:
             curves["drafter"] = CostCurve(profile["phase_ms"]["draft"] / depth, 0.0, 0.0)
         costs = cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})),
