@@ -13,7 +13,7 @@ from ..runtime.cache_layout import CacheLayout, causal_rows
 from ..runtime.device import cuda_properties
 from ..runtime.models import device_scope, model_device
 from ..runtime.speculative import SpeculativeDecoder
-from ..runtime.timing import median_ms, steady_ms
+from ..runtime.timing import median_ms, steady_ms, steady_ms_each
 from ..tree.prune import prune_topk
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_greedy
@@ -53,6 +53,11 @@ def profiled_widths(widths: list[int], package_width: int) -> list[int]:
 
 def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repeats: int) -> float:
     """One forward at `width` with `context` committed tokens in view (writes only scratch slots)."""
+    return steady_ms(bucket_call(model, width, layout, context), repeats)
+
+
+def bucket_call(model, width: int, layout: CacheLayout, context: int):
+    """bucket_latency_ms's forward, as a call to time."""
     device = model_device(model)
     slots = torch.arange(context, context + width, device=device).clamp(max=layout.max_seq - 1)
     mask = causal_rows(slots, layout.view(context + width))
@@ -63,7 +68,7 @@ def bucket_latency_ms(model, width: int, layout: CacheLayout, context: int, repe
         if device.type == "cuda":
             torch.cuda.synchronize()  # time the kernels, not their launch
 
-    return steady_ms(run, repeats)
+    return run
 
 
 def host_stage_ms(shape: TreeShape, vocab: int, repeats: int, verifier=None) -> dict[str, float]:
@@ -137,13 +142,11 @@ def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLay
                 out[name] = measured[name]
             continue
         points = {int(w): ms for w, ms in (measured or {}).get(name, {}).get("bucket_ms", {}).items()}
-        for w in timed_widths(model, widths[name]):
-            if w in points:
-                continue
-            points[w] = bucket_latency_ms(model, w, layout, profile_context(layout), repeats)
-            if progress:
-                progress(f"profile {name} W={w}: {points[w]:.3f} ms")
-        points = dict(sorted(points.items()))
+        calls = {w: bucket_call(model, w, layout, profile_context(layout))
+                 for w in timed_widths(model, widths[name]) if w not in points}
+        points = dict(sorted({**points, **steady_ms_each(calls, repeats)}.items()))  # widths in turn: drift hits all
+        for w in calls if progress else ():  # one step per timed width, as the compile's bar counts them
+            progress(f"profile {name} W={w}: {points[w]:.3f} ms")
         curve = fit_cost_curve(points, *expert_counts(model.cfg))
         out[name] = {"bucket_ms": {str(w): t for w, t in points.items()}, "cost_curve": curve.to_dict()}
     return out

@@ -23,6 +23,23 @@ def steady_ms(fn: Callable[[], object], repeats: int = 20, rounds: int = 3) -> f
     return min(median_ms(fn, per_round, warmup=3 if r == 0 else 1) for r in range(rounds))
 
 
+def steady_ms_each(fns: dict, repeats: int = 20, rounds: int = 3) -> dict:
+    """steady_ms of every fn in `fns` (key -> fn), the fns taking turns call by call: where the machine's speed
+    drifts (a shared VM), every fn sees the drift alike instead of one catching a slow minute."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    per_round = max(3, repeats // rounds)
+    samples: dict = {key: [] for key in fns}
+    for _ in range(per_round * rounds):
+        for key, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[key].append(1000 * (time.perf_counter() - t0))
+    return {key: min(statistics.median(s[r * per_round:(r + 1) * per_round]) for r in range(rounds))
+            for key, s in samples.items()}
+
+
 def busy_warning(threads: int) -> str | None:
     """A warning when other processes leave fewer free cores than the torch threads need."""
     import os
