@@ -100,7 +100,8 @@ class MeasuredCurve:
     measured: dict[int, float] = field(default_factory=dict)  # width -> ms
 
     def __call__(self, width: float) -> float:
-        return self.measured.get(width, self.fit(width)) if float(width).is_integer() else self.fit(width)
+        ms = self.measured.get(width)
+        return self.fit(width) if ms is None else ms
 
     @classmethod
     def from_profile(cls, entry: dict) -> MeasuredCurve:

@@ -19,8 +19,7 @@ def median_ms(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> f
 
 def steady_ms(fn: Callable[[], object], repeats: int = 20, rounds: int = 3) -> float:
     """The lowest of `rounds` medians: a burst of load from another process spoils one round, not all."""
-    per_round = max(3, repeats // rounds)
-    return min(median_ms(fn, per_round, warmup=3 if r == 0 else 1) for r in range(rounds))
+    return steady_ms_each({0: fn}, repeats, rounds)[0]
 
 
 def steady_ms_each(fns: dict, repeats: int = 20, rounds: int = 3) -> dict:

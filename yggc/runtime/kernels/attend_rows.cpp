@@ -37,7 +37,7 @@ constexpr int64_t kLanes = Vec::size();
 constexpr int64_t kBlock = 4;  // vectors of head_dim held in registers at once
 constexpr int64_t kHeads = 4;  // query heads per task
 // From this many rows the pair-score path widens the values to float once for all rows, not per row. Below it the
-// float copy costs more than it saves (Zen 4, 2 threads: 8-16 rows 4-11% faster per-row; 32-64 rows alike).
+// float copy costs more than it saves (Zen 4, 2 threads: 8-16 rows 4-11% faster; 32-64 rows alike).
 constexpr int64_t kWidenRows = 32;
 
 template <typename T>
