@@ -3,11 +3,12 @@
 
 Lowers the model as `yggc compile --opt O2` does, with Inductor's per-kernel profiling compiled in
 (cpp.enable_kernel_profile), prefills `--context` tokens and profiles calls at each width with torch.profiler, the
-widths taking turns (this VM's speed drifts within minutes). Kernels are grouped by what they compute: each linear
-layer's GEMM (named from the model's config), the attention op, the tied LM head, and the pointwise and norm kernels
-around them. Printed: ms per call of each group at each width and how much it grows from the first width to the
-last, and the wall median of unprofiled calls. The instrumented package runs slower than a bundle's (about 1.2 ms a
-SmolLM2 step on a Zen 4 VM): read the groups' growth, not their absolute sum.
+widths taking turns (this VM's speed drifts within minutes); each call is the profile pass's (bucket_call).
+Kernels are grouped by what they compute: each linear layer's GEMM (named from the model's config), the attention
+op, the tied LM head, and the pointwise and norm kernels around them. Printed: ms per call of each group at each
+width and how much it grows from the first width to the last, and the wall time of unprofiled calls (the best of
+3 round medians, widths in turn). The instrumented package runs slower than a bundle's (about 1.2 ms a SmolLM2
+step on a Zen 4 VM): read the groups' growth, not their absolute sum.
 
     python tools/bench_package_kernels.py -m $(python tools/get_smollm2.py) --widths 1,4,8 --threads 2
 """
@@ -15,20 +16,18 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 from yggc.passes.lower import lower_model
-from yggc.passes.profile import probe_tokens
+from yggc.passes.profile import bucket_call
 
 from yggc.runtime import models
-from yggc.runtime.aoti_package import load_package
-from yggc.runtime.cache_inputs import CacheInputBucket
-from yggc.runtime.cache_layout import causal_rows, prefill
+from yggc.runtime.buckets import CompiledModel
+from yggc.runtime.cache_layout import prefill
+from yggc.runtime.timing import steady_ms_each
 
 GEMM_NAME = re.compile(r"gemm_m\w*?n(\d+)k(\d+)")
 
@@ -38,7 +37,8 @@ def linear_names(cfg) -> dict[tuple[int, int], str]:
     hidden, head_dim = cfg.hidden_size, cfg.head_dim
     qkv = (cfg.n_heads + 2 * cfg.n_kv_heads) * head_dim
     return {(qkv, hidden): "qkv projection", (hidden, cfg.n_heads * head_dim): "attention output projection",
-            (2 * cfg.intermediate_size, hidden): "gate + up projection", (hidden, cfg.intermediate_size): "down projection"}
+            (2 * cfg.intermediate_size, hidden): "gate + up projection",
+            (hidden, cfg.intermediate_size): "down projection"}
 
 
 def kernel_group(name: str, linears: dict[tuple[int, int], str]) -> str:
@@ -64,38 +64,19 @@ def group_ms(self_ms: dict[str, float], linears: dict[tuple[int, int], str]) -> 
     return dict(out)
 
 
-def row_inputs(width: int, context: int, layout, vocab: int) -> tuple[torch.Tensor, ...]:
-    """A forward's inputs: `width` distinct tokens in the slots after `context` cached ones, causally masked."""
-    slots = torch.arange(context, context + width)
-    return probe_tokens(width, vocab, "cpu"), slots, slots, causal_rows(slots, layout.view(context + width))
-
-
-def profiled_ms(model, inputs: dict[int, tuple[torch.Tensor, ...]], rounds: int, calls: int) -> dict[int, dict[str, float]]:
-    """{width: {event name: self ms per call}}, the widths taking turns (`rounds` x `calls` profiled calls each),
-    so a machine whose speed drifts weighs on every width alike."""
-    total: dict[int, dict[str, float]] = {w: defaultdict(float) for w in inputs}
-    with torch.inference_mode():
-        for _ in range(rounds):
-            for w, args in inputs.items():
-                model(*args)
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                    for _ in range(calls):
-                        model(*args)
-                for e in prof.key_averages():
-                    total[w][e.key] += e.self_cpu_time_total / 1e3 / (rounds * calls)
+def profiled_ms(calls: dict, rounds: int, per_round: int) -> dict[int, dict[str, float]]:
+    """{width: {event name: self ms per call}} of the width -> call map, the widths taking turns (`rounds` x
+    `per_round` profiled calls each), so a machine whose speed drifts weighs on every width alike."""
+    total: dict[int, dict[str, float]] = {w: defaultdict(float) for w in calls}
+    for _ in range(rounds):
+        for w, call in calls.items():
+            call()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                for _ in range(per_round):
+                    call()
+            for e in prof.key_averages():
+                total[w][e.key] += e.self_cpu_time_total / 1e3 / (rounds * per_round)
     return {w: dict(events) for w, events in total.items()}
-
-
-def wall_ms(model, inputs: dict[int, tuple[torch.Tensor, ...]], repeats: int) -> dict[int, float]:
-    """{width: median ms} of unprofiled calls, the widths taking turns call by call."""
-    times: dict[int, list[float]] = {w: [] for w in inputs}
-    with torch.inference_mode():
-        for _ in range(repeats):
-            for w, args in inputs.items():
-                t0 = time.perf_counter()
-                model(*args)
-                times[w].append(1e3 * (time.perf_counter() - t0))
-    return {w: statistics.median(t) for w, t in times.items()}
 
 
 def print_table(groups: dict[int, dict[str, float]], wall: dict[int, float]) -> None:
@@ -120,7 +101,7 @@ def main(argv=None) -> None:
     ap.add_argument("--widths", default="1,4,8", help="rows per call, comma-separated (the first is the baseline)")
     ap.add_argument("--context", type=int, default=256, help="cached tokens before the rows")
     ap.add_argument("--max-seq", type=int, default=2048)
-    ap.add_argument("--repeats", type=int, default=30, help="unprofiled calls per width (wall medians)")
+    ap.add_argument("--repeats", type=int, default=30, help="unprofiled calls per width (wall: min of 3 round medians)")
     ap.add_argument("--rounds", type=int, default=6, help="profiled rounds, the widths taking turns")
     ap.add_argument("--calls", type=int, default=5, help="profiled calls per width and round")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
@@ -132,13 +113,14 @@ def main(argv=None) -> None:
     with tempfile.TemporaryDirectory() as tmp, torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
         print(f"lowering {args.model} (O2, kernels profiled) ...", flush=True)
         package = lower_model(loaded.graph, max(64, *widths), args.max_seq, Path(tmp) / "verifier.pt2")
-        model = CacheInputBucket(load_package(package), loaded.graph)
+        model = CompiledModel(loaded.graph, {1: package}, "O2", package_width=max(64, *widths))
         ids = torch.randint(0, loaded.graph.cfg.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0))
-        prefill(model, ids.tolist(), 0, loaded.layout, 64)
-        inputs = {w: row_inputs(w, args.context, loaded.layout, loaded.graph.cfg.vocab_size) for w in widths}
+        with torch.inference_mode():
+            prefill(model, ids.tolist(), 0, loaded.layout, 64)
+            calls = {w: bucket_call(model, w, loaded.layout, args.context) for w in widths}  # as the profile pass
+            wall = steady_ms_each(calls, args.repeats)
+            events = profiled_ms(calls, args.rounds, args.calls)
         linears = linear_names(loaded.graph.cfg)
-        wall = wall_ms(model, inputs, args.repeats)
-        events = profiled_ms(model, inputs, args.rounds, args.calls)
         groups = {w: group_ms(events[w], linears) for w in widths}
     print(f"{args.dtype}, {torch.get_num_threads()} threads, {args.context} cached tokens, ms per call (self time per "
           f"kernel group, mean of {args.rounds} x {args.calls} profiled calls; widths interleaved)")

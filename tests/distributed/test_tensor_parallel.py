@@ -88,8 +88,10 @@ def test_a_degree_that_does_not_divide_the_heads_is_one_clear_error(checkpoint):
         local_config(odd, 2)
 
 
-def run_cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "yggc.cli", "run", *argv], capture_output=True, text=True,
+def run_cli(*argv: str, env: dict | None = None,
+            launcher: tuple[str, ...] = ("-m", "yggc.cli")) -> subprocess.CompletedProcess:
+    """`yggc run ARGV` in a subprocess; `launcher`: what python starts (the CLI module, or torchrun and its flags)."""
+    return subprocess.run([sys.executable, *launcher, "run", *argv], capture_output=True, text=True,
                           timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
@@ -108,9 +110,7 @@ def test_torchrun_starts_yggc_as_a_module_and_rank_0_writes_once(tmp_path):
     v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=5)
     d = write_checkpoint(tmp_path / "d", "llama_gqa", seed=6, base=v, noise=0.03)
     common = ["-m", str(v), "-md", str(d), "--prompt-ids", "3,1,4,1,5", "-n", "24", "--threads", "1", "--json"]
-    launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "yggc",
-                               "run", *common], capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    launched = run_cli(*common, launcher=("-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "yggc"))
     whole = run_cli(*common)
     assert launched.returncode == 0, launched.stderr
     assert len(launched.stdout.strip().splitlines()) == 1  # rank 1 is silent
