@@ -10,7 +10,7 @@ setup(
     python_requires=">=3.10",
     # graphs/ and passes/ live at the top of the repo but install under the yggc namespace only.
     packages=["yggc", "yggc.tree", "yggc.plan", "yggc.bundle", "yggc.runtime", "yggc.bench", "yggc.cli",
-              "yggc.serve", "yggc.graphs", "yggc.passes"],
+              "yggc.serve", "yggc.train", "yggc.graphs", "yggc.passes"],
     package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
     package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors",
                            "smollm2_drafter/*.json", "smollm2_drafter/*.txt", "smollm2_drafter/*.safetensors",
@@ -31,6 +31,7 @@ setup(
         "serve": ["fastapi>=0.110", "uvicorn>=0.29"],  # yggc serve: the OpenAI-compatible HTTP server
         "plot": ["matplotlib>=3.5"],
         "hf": ["transformers>=4.45"],
+        "train": ["transformers>=4.45"],  # yggc train: transformers builds, trains and exports the models
         # yggc bench --rows openvino,openvino-spec; the IR exporter (optimum-intel) is installed apart: see README
         "openvino": ["openvino-genai>=2026.0"],
         # yggc bench --rows llama.cpp,llama.cpp-gguf; builds llama.cpp from source (minutes), so never in dev or CI

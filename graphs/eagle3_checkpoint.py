@@ -74,7 +74,7 @@ def verifier_record(vcfg: ModelConfig, embed: torch.Tensor) -> dict:
 
 def check_eagle3_pair(cfg: Eagle3Config, vcfg: ModelConfig, fingerprint: str | None, where: str) -> None:
     """One clear line when the head was made for another verifier (sizes, layers, or embedding)."""
-    fix = "use an EAGLE-3 head trained for this verifier (tools/train_eagle3.py makes one)"
+    fix = "use an EAGLE-3 head trained for this verifier (`yggc train eagle3 --target VERIFIER` makes one)"
     made_for = cfg.verifier
     for key, ours in (("hidden_size", vcfg.hidden_size), ("num_hidden_layers", vcfg.n_layers),
                       ("vocab_size", vcfg.vocab_size)):

@@ -1,9 +1,9 @@
 """Load one lowered package in a child process before the compile loads its buckets in-process.
 
-On the first GPU runs (H200 and H100, torch 2.11.0+cu130) loading a CUDA package killed the process with
-SIGSEGV inside torch's own AOTInductor loader: a compile would die minutes into lowering, with no message
-and nothing but a signal. Session 24 traced it to the C++ compiler CXX named (toolchain.py now picks one
-whose packages load); a crash in the child still becomes one line here instead of a dead compile.
+On an H200 and an H100 (torch 2.11.0+cu130), loading a CUDA package killed the process with SIGSEGV inside
+torch's own AOTInductor loader: a compile died minutes into lowering, with no message and nothing but a
+signal. The cause was the C++ compiler CXX named (toolchain.py picks one whose packages load); a crash in
+the child still becomes one line here instead of a dead compile.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 the table in the tied-head kernel's blocked layout.
 
 Inductor's C++ GEMM template repacks the LM head's weight into its own blocks, and the embedding gather
-needs the rows as they were, so a model whose head is its embedding carried the table twice (SmolLM2's
+needs the rows as they are, so a model whose head is its embedding would carry the table twice (SmolLM2's
 verifier 57 MB, its drafter 25 MB). Here the table is laid out once as the kernel yggc::tied_head_v2 reads it
 (graphs/packed_table.py: VNNI-2 blocks; the template's own arithmetic: same bits, same speed), and the graph
 gathers embedding rows from those blocks.

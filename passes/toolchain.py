@@ -1,6 +1,6 @@
 """Toolchain pass: the C++ compiler Inductor builds packages with is the first one whose packages load here.
 
-On the H100 of session 24 (torch 2.11.0+cu130) the environment set CXX=/opt/gcc/bin/g++, a wrapper around
+On an H100 image (torch 2.11.0+cu130) the environment set CXX=/opt/gcc/bin/g++, a wrapper around
 GCC 13.3. Every package it linked, even a lone Linear, died with SIGSEGV at address 0 in the loader's
 constructor, inside the model's std::regex (the device-string parser). The same package built with
 /usr/bin/g++ loaded and ran. (What the wrapper does differently was not examined; on a CPU, a wrapper that

@@ -138,7 +138,7 @@ def request_stop() -> None:
     """A termination signal arrived: from now on no bundle is committed, and every open writer's partial directory
     goes now. The writer does not rely on the KeyboardInterrupt the handler raises: it is printed and dropped when
     it lands inside a weakref or GC callback, and a process that dies while it unwinds never reaches the cleanup
-    (a compile SIGTERMed under load once left its partial directory behind; the path was not reproduced)."""
+    (a compile SIGTERMed under load has left its partial directory behind by a path that did not reproduce)."""
     global _stop_requested
     _stop_requested = True
     for root in list(_open_roots):

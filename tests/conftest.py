@@ -93,7 +93,7 @@ def tiny_pair(ckpt_root):
 
     layout = CacheLayout(32)
     v, d = ckpt_root / "tiny_v", ckpt_root / "tiny_d"
-    if not d.exists():  # written once per session; each module loads its own graphs
+    if not d.exists():  # written once per test run; each module loads its own graphs
         write_checkpoint(v, "tiny_vocab", seed=5, tokenizer=False)
         write_checkpoint(d, "tiny_vocab", seed=6, tokenizer=False)
     return load_model(v, layout.n_slots), load_model(d, layout.n_slots), layout

@@ -1,7 +1,8 @@
 """The layout's import rules, read from the AST of every module (nothing is imported to check them).
 
-graphs <- tree <- plan <- runtime <- passes / bench / serve <- cli; bundle beside them (imported by runtime and
-passes, importing neither). Each rule names the packages a package may import from yggc.
+graphs <- tree <- plan <- runtime <- passes / bench / serve / train <- cli; bundle beside them (imported by runtime
+and passes, importing neither). Each rule names the packages a package may import from yggc. The package never
+imports a tools/ script nor edits sys.path: tools/ may import yggc, never the reverse.
 """
 import ast
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {"yggc": ROOT / "yggc", "yggc.graphs": ROOT / "graphs", "yggc.passes": ROOT / "passes"}
+TOOLS = ROOT / "tools"
 
 # package -> the yggc packages and modules it may import (prefix match); None: no rule beyond the global ones
 ALLOWED = {
@@ -19,8 +21,9 @@ ALLOWED = {
     "yggc.plan": ("yggc.plan", "yggc.tree", "yggc.errors"),
     "yggc.bundle": ("yggc.bundle", "yggc.errors", "yggc"),  # "yggc" itself for __version__
     "yggc.serve": ("yggc.serve", "yggc.runtime", "yggc.bundle", "yggc.errors", "yggc"),
+    "yggc.train": ("yggc.train", "yggc.graphs", "yggc.runtime", "yggc.errors"),
 }
-FORBIDDEN = {"yggc.runtime": ("yggc.passes", "yggc.bench", "yggc.serve", "yggc.cli")}
+FORBIDDEN = {"yggc.runtime": ("yggc.passes", "yggc.bench", "yggc.serve", "yggc.train", "yggc.cli")}
 
 
 def module_files() -> dict[str, Path]:
@@ -114,6 +117,9 @@ def test_no_import_cycle_among_yggc_modules():
     ("yggc.serve.app", "from ..passes.pipeline import compile_bundle", "yggc.serve may import only"),
     ("yggc.serve.worker", "from ..bench.harness import run", "yggc.serve may import only"),
     ("yggc.serve.app", "from ..cli.main import main", "nothing imports yggc.cli"),
+    ("yggc.runtime.runtime", "from ..train.loop import train_model", "yggc.runtime never imports"),
+    ("yggc.train.eagle3", "from ..passes.pipeline import compile_bundle", "yggc.train may import only"),
+    ("yggc.train.loop", "from ..cli.main import main", "nothing imports yggc.cli"),
 ])
 def test_a_forbidden_import_is_caught(importer, line, rule):
     g = import_graph()
@@ -121,6 +127,35 @@ def test_a_forbidden_import_is_caught(importer, line, rule):
     for target, top in imports_of(importer, line, known, False):
         g.add_edge(importer, target, top_level=top)
     assert any(importer in v and rule in v for v in violations(g))
+
+
+def tools_reached(source: str, scripts: set[str]) -> list[str]:
+    """The tools/ scripts `source` imports by name, and "sys.path" if it edits the import path."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in scripts]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in scripts:
+            found.append(node.module)
+        elif isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+            found.append("sys.path")
+    return found
+
+
+def test_the_package_never_imports_a_tools_script():
+    scripts = {f.stem for f in TOOLS.glob("*.py")}
+    reached = {n: tools_reached(f.read_text(), scripts) for n, f in module_files().items()}
+    assert {n: r for n, r in reached.items() if r} == {}
+
+
+@pytest.mark.parametrize("line, found", [
+    ("from bench_drafters import main", ["bench_drafters"]),
+    ("import random_checkpoint as rc", ["random_checkpoint"]),
+    ("sys.path.insert(0, 'tools')", ["sys.path"]),
+    ("from .config import PROMPTS_FILE\nimport json", []),
+])
+def test_a_tools_import_is_caught(line, found):
+    assert tools_reached(line, {f.stem for f in TOOLS.glob("*.py")}) == found
 
 
 def test_modules_stay_small():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Attention formulations inside the O2 verifier package: T(W) and whether rows stay bit-identical.
 
-    python tools/bench_attention.py -m $(python tools/get_smollm2.py) --attention bmm --out /tmp/v-bmm.pt2
+    python tools/bench_attention.py -m $(yggc pull smollm2) --attention bmm --out /tmp/v-bmm.pt2
 
 kernel:  the attention kernel op (yggc/runtime/kernels/attend_rows.cpp), the CPU bundle's; batch-invariant
 rowwise: graphs.llama.attend_rowwise, the CUDA bundle's (broadcast products and sums; batch-invariant)

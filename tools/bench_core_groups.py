@@ -2,7 +2,7 @@
 """Core groups on a CPU (issue #14): is a memory-bound verifier on fewer cores, with the drafter
 working beside it, cheaper than running the two one after the other on every core?
 
-    python tools/bench_core_groups.py -m $(python tools/get_smollm2.py) -d $(python tools/get_smollm2.py --drafter)
+    python tools/bench_core_groups.py -m $(yggc pull smollm2) -d $(yggc pull smollm2 --drafter)
 
 Each model runs in its own process (its own thread pool), pinned with sched_setaffinity. Rows:
   alone, all cores      the model's forward at each width with every core (today's sequential plan)

@@ -16,7 +16,7 @@ from yggc.tree import sampling
 
 
 def full_sort_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """The plain rule over a full sort of the vocabulary (what yggc did before session 27)."""
+    """The plain rule over a full sort of the vocabulary (the reference yggc's top-k-based rule is timed against)."""
     sorted_p, order = torch.sort(probs, dim=-1, descending=True)
     drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= top_p
     return drop_sorted.scatter(-1, order, drop_sorted)

@@ -6,8 +6,8 @@ measures what the cheaper dtype costs against float32: for each prompt, the firs
 two greedy continuations differ, and the share of positions that agree. Eager AR decoding, the
 same prompts as `yggc bench --prompts-file`.
 
-    python tools/dtype_agreement.py -m $(python tools/get_smollm2.py) \
-        --prompts-file $(python tools/get_smollm2.py --drafter)/prompts.json -n 128 --prompts 8
+    python tools/dtype_agreement.py -m $(yggc pull smollm2) \
+        --prompts-file $(yggc pull smollm2 --drafter)/prompts.json -n 128 --prompts 8
 """
 from __future__ import annotations
 

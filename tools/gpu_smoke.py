@@ -12,7 +12,7 @@ Before any section that lowers packages, a toolchain row names the C++ compiler 
   device       GPU, torch/CUDA/triton; CudaGraphRunner replay == direct call                 (check)
   cuda-python  yggc.runtime.device.cuda_properties() via cuda.bindings; peak vs measured bandwidth
   aoti-load    two packages of a tiny Llama loaded, called and graph-captured step by step, one row each
-               (gpu_smoke_load.py; aoti-load-pageout, only when named: the same with the old page-out)
+               (gpu_smoke_load.py; aoti-load-pageout, only when named: the same, paging out CUDA mappings too)
   aoti-variants  only when named: five packages that differ in one thing each (weights in or out of the
                library, O1 or O2), each loaded and called in its own process with a native backtrace on a
                crash (gpu_smoke_variants.py)
@@ -276,7 +276,7 @@ def run_child(name: str, ctx: Context, workload: list[str]) -> list[Row]:
 
 def toolchain_row() -> Row:
     """Pick the C++ compiler whose CUDA packages load (passes/toolchain.py); the section children inherit it as
-    CXX. On the session-24 H100 the environment's CXX built packages that crashed torch's loader."""
+    CXX. On an H100 image the environment's CXX (a wrapper) built packages that crashed torch's loader."""
     from yggc.passes.toolchain import configured_compiler, loadable_compiler
 
     from yggc.errors import YggcError

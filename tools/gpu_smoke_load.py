@@ -1,11 +1,11 @@
 """The aoti-load sections of tools/gpu_smoke.py: loading several AOTInductor packages on CUDA, step by step.
 
-The first GPU run (H200, torch 2.11.0+cu130, 2026-11-26) died of SIGSEGV inside AOTIModelPackageLoader's
-constructor while CompiledModel loaded a bundle's buckets (load, bind, capture CUDA graphs, next package).
+On an H200 (torch 2.11.0+cu130) a process died of SIGSEGV inside AOTIModelPackageLoader's constructor
+while CompiledModel loaded a bundle's buckets (load, bind, capture CUDA graphs, next package).
 Each step below is one row, written as it happens, so a crash shows how far the sequence got:
 
   aoti-load          yggc's loader as it is (no page-out on CUDA)
-  aoti-load-pageout  the same, paging out every file mapping each load adds (yggc before the crash was seen):
+  aoti-load-pageout  the same, paging out every file mapping each load adds (yggc pages out CPU packages only):
                      a crash here and none above names the page-out as the cause
 """
 from __future__ import annotations

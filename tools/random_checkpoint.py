@@ -12,7 +12,7 @@ agrees with its target on about half the tokens; --tokenizer lets `yggc compile 
 --drafter-of writes a one-layer dense drafter sharing the target's embedding, final norm and LM head (and its
 first layer's attention, with expert 0 as its MLP): in a random network the token embedding dominates the
 residual stream, so it agrees with the target often enough to exercise trees. Random weights say nothing
-about real acceptance; use tools/train_pair.py for a real pair. Needs transformers (pip install -e '.[dev]').
+about real acceptance; `yggc train pair` trains a real pair. Needs transformers (pip install -e '.[dev]').
 """
 from __future__ import annotations
 

@@ -159,8 +159,8 @@ def test_ctrl_c_stops_run_with_one_line_and_130():
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
-    # In two full xdist runs (never alone) the child decoded all 1000 tokens and exited 0 after the SIGINT, as a
-    # child does when it inherits an ignored or blocked SIGINT; the cause in the worker was not found.
+    # Under full xdist runs (never alone) the child can decode all 1000 tokens and exit 0 after the SIGINT, as a
+    # child does when it inherits an ignored or blocked SIGINT; what in the worker causes it is unknown.
     proc = subprocess.Popen([sys.executable, "-m", "yggc.cli", "run", "-p", "def fibonacci(n):", "-n", "1000", "-t", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     first = proc.stdout.read(4)  # decoding has started

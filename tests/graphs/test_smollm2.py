@@ -1,7 +1,7 @@
 """The real target, SmolLM2-135M-Instruct from its GGUF: yggc's logits against transformers' own GGUF
 conversion, and greedy tree decoding against autoregressive decoding.
 
-CI does not download the 98 MB file on every run: these tests run where `python tools/get_smollm2.py`
+CI does not download the 98 MB file on every run: these tests run where `yggc pull smollm2`
 has cached it (or YGGC_SMOLLM2_GGUF names it) and are skipped elsewhere.
 """
 import json
@@ -15,15 +15,16 @@ from yggc.graphs import load_model
 from yggc.graphs.gguf_import import cached_import
 
 from yggc.plan.shape import TreeShape
+from yggc.pull import CACHE, MODELS
 from yggc.runtime import drafters, models
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams
 
-GGUF = Path(os.environ.get("YGGC_SMOLLM2_GGUF", "~/.cache/yggc/models/SmolLM2-135M-Instruct.Q4_1.gguf")).expanduser()
+GGUF = Path(os.environ.get("YGGC_SMOLLM2_GGUF", CACHE / MODELS["smollm2"].gguf_name)).expanduser()
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} absent (python tools/get_smollm2.py)")]
+              pytest.mark.skipif(not GGUF.is_file(), reason=f"{GGUF} absent (yggc pull smollm2)")]
 PROMPTS = ["def fibonacci(n):", "The three primary colors are"]
 N_NEW = 96
 

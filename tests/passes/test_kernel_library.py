@@ -1,6 +1,6 @@
 """Kernel libraries of different yggc versions in one process (runtime/kernel_ops.py): the library registers its
-ops on request, each only if the process has not got it, so a bundle compiled now loads beside one compiled
-before (whose library registered every op as it loaded, and aborts a process that holds any of them)."""
+ops on request, each only if the process has not got it, so a bundle of this version loads beside one of an
+older version (whose library registers every op as it loads, and aborts a process that holds any of them)."""
 import subprocess
 import sys
 

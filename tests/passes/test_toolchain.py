@@ -45,7 +45,7 @@ def test_a_compiler_whose_package_does_not_load_is_passed_over_and_said_so(tmp_p
         return out.with_name(f"{cxx}.pt2")
 
     def probe(package, device):
-        if package.name == "g++.pt2":  # the SIGSEGV of the H100 session
+        if package.name == "g++.pt2":  # like the H100's CXX wrapper: its packages crashed the loader (SIGSEGV)
             raise YggcError("loading compiled bucket g++.pt2 on cuda killed a test process (SIGSEGV)")
 
     monkeypatch.setattr(toolchain, "lower_probe", lower)

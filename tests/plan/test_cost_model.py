@@ -37,7 +37,7 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     fast = checked_plan(plan, profile, {"tree_tpot_ms": 7.0, "ar_tpot_ms": 8.4, "speedup": 1.2}, steps.append)
     assert fast["speculate"] and len(steps) == 1
     within_noise = checked_plan(plan, profile, {"tree_tpot_ms": 8.2, "ar_tpot_ms": 8.37, "speedup": 1.02}, steps.append)
-    assert not within_noise["speculate"] and MIN_SPEEDUP > 1.02  # session 21: 1.02x here, 0.90x on held-out chat
+    assert not within_noise["speculate"] and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
     assert plan == {"source": "calibration", "objective": {"tokens_per_iter": 1.55, "speedup": 1.18}}
 

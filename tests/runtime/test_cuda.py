@@ -58,8 +58,8 @@ def test_cuda_bundle_is_lossless(tmp_path):
 
 
 def test_compile_loads_the_drafter_on_the_jobs_device_too(monkeypatch, tmp_path):
-    """The first GPU run lowered the verifier's buckets on cuda, then died exporting the drafter's: it was on
-    the CPU (load_drafter's default)."""
+    """A CUDA compile lowered the verifier's buckets on cuda, then died exporting the drafter's when the drafter
+    stayed on the CPU (load_drafter's default)."""
     from yggc.passes import pipeline
 
     from yggc.plan.shape import TreeShape
@@ -76,8 +76,9 @@ def test_compile_loads_the_drafter_on_the_jobs_device_too(monkeypatch, tmp_path)
 
 
 def test_a_cuda_compile_test_loads_one_package_in_a_child_before_loading_any_in_process(monkeypatch, tmp_path):
-    """Sessions 22-23: torch 2.11's loader killed the compile (SIGSEGV) loading its CUDA packages. The compile now
-    test-loads the first one in a child process, and a crash there ends it with one line and no bundle."""
+    """torch 2.11's loader can kill the compile (SIGSEGV) loading its CUDA packages (packages built by a CXX
+    wrapper, passes/toolchain.py). The compile test-loads the first one in a child process, and a crash there ends
+    it with one line and no bundle."""
     import dataclasses
 
     from yggc.passes import pipeline

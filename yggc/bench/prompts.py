@@ -1,4 +1,4 @@
-"""Benchmark prompts: held-out texts (the demo pair's prompts.json or tools/train_pair.py), else random ids."""
+"""Benchmark prompts: held-out texts (--prompts-file, default the demo pair's prompts.json), else random ids."""
 from __future__ import annotations
 
 import json
@@ -10,27 +10,24 @@ from ..errors import YggcError
 from .config import PROMPTS_FILE, RANDOM_PROMPT_LEN, BenchConfig, log
 
 
-def load_prompt_texts(path: Path | None) -> tuple[list[str] | None, str]:
-    """Held-out prompt texts and where they came from: the JSON file, tools/train_pair.py, or none."""
+def load_prompt_texts(path: Path | None) -> tuple[list[str], str]:
+    """Held-out prompt texts and the file they came from (default: the demo pair's shipped prompts.json)."""
     path = path or PROMPTS_FILE
-    if path.exists():
-        return [p["text"] for p in json.loads(path.read_text())["prompts"]], str(path)
+    if not path.is_file():
+        raise YggcError(f"--prompts-file {path} does not exist; pass a JSON file {{\"prompts\": [{{\"text\": ...}}]}}")
     try:
-        from train_pair import heldout_prompts  # tools/ is on sys.path when run as tools/bench.py
-
-        return heldout_prompts(64), "tools/train_pair.py heldout_prompts"
-    except ImportError:
-        return None, "none"
+        return [p["text"] for p in json.loads(path.read_text())["prompts"]], str(path)
+    except (ValueError, KeyError, TypeError) as e:
+        raise YggcError(f"--prompts-file {path} is not JSON of the form {{\"prompts\": [{{\"text\": ...}}]}} ({e})") from None
 
 
 def make_prompts(cfg: BenchConfig, tokenizer, vocab: int) -> tuple[list[list[int]], str]:
     """cfg.n_prompts measured prompts + 1 for warm-up and tuning, as token ids."""
     need = cfg.n_prompts + 1
     texts, source = load_prompt_texts(cfg.prompts_file)
-    if texts is None or tokenizer is None:
+    if tokenizer is None:
         g = torch.Generator().manual_seed(0)
-        why = "no prompt file" if texts is None else "the verifier has no tokenizer.json"
-        log(f"using random token prompts ({why})")
+        log("using random token prompts (the verifier has no tokenizer.json)")
         return [torch.randint(1, vocab, (RANDOM_PROMPT_LEN,), generator=g).tolist() for _ in range(need)], "random ids"
     if len(texts) < need:
         raise YggcError(f"{source} has {len(texts)} prompts; --prompts {cfg.n_prompts} needs {need} (one is for warm-up)")

@@ -12,7 +12,9 @@ from .. import __version__
 from ..errors import USER_ERRORS
 from .arg_types import token_ids, whole_number
 from .bench import add_bench_parser
+from .pull import add_pull_parser
 from .serve import add_serve_parser
+from .train import add_train_parser
 
 # Known third-party deprecation notices that say nothing to a yggc user: (category, message prefix).
 # torch.export prints the first one twice per exported bucket (torch 2.13).
@@ -23,7 +25,8 @@ THIRD_PARTY_NOISE = (
 COMMANDS = {"run": ("run", "run_command"), "compile": ("compile", "compile_command"),
             "import": ("import_gguf", "import_command"), "inspect": ("inspect", "inspect_command"),
             "profile": ("inspect", "profile_command"), "bench": ("bench", "bench_command"),
-            "serve": ("serve", "serve_command")}
+            "serve": ("serve", "serve_command"), "pull": ("pull", "pull_command"),
+            "train": ("train", "train_command")}
 NON_NEGATIVE = whole_number(0)
 POSITIVE = whole_number(1)
 
@@ -162,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--plot", metavar="OUT.png", help="also draw the measured points and fitted curves")
     add_bench_parser(sub)
     add_serve_parser(sub)
+    add_pull_parser(sub)
+    add_train_parser(sub)
     return parser
 
 

@@ -1,24 +1,20 @@
-"""tools/train_drafter.py: prompts from docstrings, self-generated soft labels, the student, exact resume."""
+"""yggc train drafter: prompts from docstrings, self-generated soft labels, the student, exact resume."""
 from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from checkpoints import write_checkpoint
 from safetensors.torch import load_file
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
-sys.path.insert(0, str(REPO / "tests"))
-
-import drafter_data  # noqa: E402
-import drafter_model  # noqa: E402
-import drafter_prompts  # noqa: E402
-import train_drafter  # noqa: E402
-from checkpoints import write_checkpoint  # noqa: E402
+from yggc.cli.main import main
+from yggc.train import prompts as drafter_prompts
+from yggc.train import shards, student
+from yggc.train.loop import batch_indices
+from yggc.train.presets import DRAFTER_PRESETS
 
 DOC = "Return the {what} of the two numbers given, rounding the result toward zero when needed."
 
@@ -70,17 +66,17 @@ def test_reference_answers_pair_with_their_instructions(corpus):
 
 def test_batches_are_epoch_permutations_and_pure():
     n, batch = 7, 3
-    seen = [i for step in range(7) for i in train_drafter.batch_indices(n, 5, step, batch)]
+    seen = [i for step in range(7) for i in batch_indices(n, 5, step, batch)]
     assert sorted(seen[:7]) == list(range(7)) and sorted(seen[7:14]) == list(range(7))
-    assert train_drafter.batch_indices(n, 5, 4, batch) == train_drafter.batch_indices(n, 5, 4, batch)
-    assert train_drafter.batch_indices(n, 6, 0, 7) != train_drafter.batch_indices(n, 5, 0, 7)
+    assert batch_indices(n, 5, 4, batch) == batch_indices(n, 5, 4, batch)
+    assert batch_indices(n, 6, 0, 7) != batch_indices(n, 5, 0, 7)
 
 
 def test_collate_aligns_positions_with_answer_tokens():
     k = torch.tensor([[5, 6]] * 2)
     lp = torch.log(torch.tensor([[0.6, 0.2]] * 2))
-    s = drafter_data.Sample([1, 2, 3, 5, 9], 3, k, lp)
-    b = drafter_model.collate([s, drafter_data.Sample([4, 7, 8], 1, k, lp)])
+    s = shards.Sample([1, 2, 3, 5, 9], 3, k, lp)
+    b = student.collate([s, shards.Sample([4, 7, 8], 1, k, lp)])
     assert b.ids.tolist() == [[1, 2, 3, 5], [4, 7, 0, 0]]
     assert b.positions.tolist() == [[0, 2], [0, 3], [1, 0], [1, 1]]  # the predecessors of 5, 9, 7, 8
     assert b.targets.tolist() == [5, 9, 7, 8]
@@ -91,7 +87,7 @@ def test_projected_embedding_keeps_the_principal_subspace():
     torch.manual_seed(0)
     basis = torch.linalg.qr(torch.randn(16, 16))[0][:4]          # a 4-dim subspace of R^16
     emb = torch.randn(50, 4) * torch.tensor([8.0, 4.0, 2.0, 1.0]) @ basis
-    small = drafter_model.projected_embedding(emb, 4)
+    small = student.projected_embedding(emb, 4)
     gram = lambda x: (x - x.mean(0)) @ (x - x.mean(0)).T  # noqa: E731  (the geometry of the rows)
     scale = emb.norm(dim=1).mean() / (emb @ basis.T).norm(dim=1).mean()
     assert small.shape == (50, 4)
@@ -104,8 +100,11 @@ def target(tmp_path_factory):
 
 
 def run(target: Path, corpus: Path, out: Path, *extra: str) -> dict:
-    return train_drafter.main(["--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
-                               "--out", str(out), "--threads", "1", *extra])
+    """`yggc train drafter` on the tiny preset -> the summary it writes with --json."""
+    summary = out.parent / f"{out.name}-summary.json"
+    assert main(["train", "drafter", "--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
+                 "--out", str(out), "--threads", "1", "--json", str(summary), *extra]) == 0
+    return json.loads(summary.read_text())
 
 
 def test_soft_labels_are_the_targets_greedy_choice(target, corpus, tmp_path):
@@ -114,13 +113,15 @@ def test_soft_labels_are_the_targets_greedy_choice(target, corpus, tmp_path):
     assert torch.equal(shard["topk_ids"][:, 0], shard["response_ids"])
     lp = shard["topk_logprobs"].float()
     assert (lp[:, :-1] >= lp[:, 1:]).all() and (lp.exp().sum(1) <= 1.001).all()
-    samples = drafter_data.read_samples(tmp_path / "a" / "data" / "train")
-    assert len(samples) == train_drafter.PRESETS["tiny"].n_prompts
+    samples = shards.read_samples(tmp_path / "a" / "data" / "train")
+    assert len(samples) == DRAFTER_PRESETS["tiny"].n_prompts
 
 
-def test_resumed_training_equals_one_run_and_exports(target, corpus, tmp_path):
+def test_resumed_training_equals_one_run_and_exports(target, corpus, tmp_path, capsys):
     one = run(target, corpus, tmp_path / "one")
+    assert capsys.readouterr().out == one["drafter"] + "\n"  # stdout: the trained folder only
     assert run(target, corpus, tmp_path / "two", "--stop-after", "2").get("drafter") is None
+    assert capsys.readouterr().out == ""  # stopped before the last step: nothing exported
     two = run(target, corpus, tmp_path / "two")
     a = load_file(str(Path(one["drafter"]) / "model.safetensors"))
     b = load_file(str(Path(two["drafter"]) / "model.safetensors"))

@@ -1,4 +1,5 @@
-"""The training-time test (eagle3.txt) of an EAGLE-3 head: k draft steps unrolled over whole sequences.
+"""The training-time test (eagle3.txt) of an EAGLE-3 head (``yggc train eagle3``): k draft steps unrolled over
+whole sequences.
 
 Rows are indexed by position p. Step 0's row p is the real pair (verifier feature g_p, token x_{p+1}).
 Step j's row p is the depth-j draft node whose last real pair is r = p - j: its token is x_{p+1}, its
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from yggc.graphs.config import rope_inv_freq
-from yggc.graphs.llama import rope_cos_sin, rotate
+
+from ..graphs.config import rope_inv_freq
+from ..graphs.eagle3 import Eagle3Graph
+from ..graphs.llama import rope_cos_sin, rotate
 
 
 def shift_right(x: torch.Tensor, by: int) -> torch.Tensor:
@@ -22,7 +25,7 @@ def shift_right(x: torch.Tensor, by: int) -> torch.Tensor:
     return torch.cat([torch.zeros_like(x[..., :by, :]), x[..., :-by, :]], dim=-2)
 
 
-def unrolled_attention(q, keys, values, j: int) -> torch.Tensor:
+def unrolled_attention(q: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], j: int) -> torch.Tensor:
     """q [B, Hq, T, hd] of step j; keys/values[i] [B, KV, T, hd] of steps 0..j -> [B, Hq, T, hd]."""
     B, Hq, T, hd = q.shape
     group = Hq // keys[0].shape[1]
@@ -44,7 +47,8 @@ def unrolled_attention(q, keys, values, j: int) -> torch.Tensor:
     return out
 
 
-def head_step(head, emb_n: torch.Tensor, feature: torch.Tensor, cos, sin, keys, values, j: int):
+def head_step(head: Eagle3Graph, emb_n: torch.Tensor, feature: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              keys: list[torch.Tensor], values: list[torch.Tensor], j: int) -> torch.Tensor:
     """One unrolled step: (normed embeddings [B, T, H], input feature [B, T, H]) -> output feature [B, T, H]."""
     attn = head.attn
     B, T, _ = feature.shape
@@ -59,7 +63,7 @@ def head_step(head, emb_n: torch.Tensor, feature: torch.Tensor, cos, sin, keys, 
     return h + head.mlp(head.mlp_norm(h))
 
 
-def ttt_logits(head, tokens: torch.Tensor, features: torch.Tensor, k: int) -> list[torch.Tensor]:
+def ttt_logits(head: Eagle3Graph, tokens: torch.Tensor, features: torch.Tensor, k: int) -> list[torch.Tensor]:
     """tokens [B, T] (x_{p+1}), verifier features [B, T, F] (g_p) -> draft-vocab logits [B, T, Vd] per step."""
     T = tokens.shape[1]
     emb_n = head.input_norm(head.embed(tokens))

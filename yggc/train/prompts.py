@@ -1,16 +1,16 @@
-"""Chat prompts for distilling a drafter (tools/train_drafter.py), made from material on every machine.
+"""Chat prompts for distilling a drafter (``yggc train drafter``), made from material on every machine.
 
-Every function and class with a docstring in the Python standard library (the corpus of
-pair_data.py) becomes one instruction, phrased by one of TEMPLATES: write this function, explain
-this code, what does module.name do, summarise this docstring, ... The template, and the order
-of the prompts, are pure functions of the object's path and name, so the set is identical on every
-call on one Python version.
+Every function and class with a docstring in the Python standard library (the corpus of corpus.py)
+becomes one instruction, phrased by one of TEMPLATES: write this function, explain this code, what
+does module.name do, summarise this docstring, ... The template, and the order of the prompts, are
+pure functions of the object's path and name, so the set is identical on every call on one Python
+version.
 
 Each instruction also has a reference answer made from the object's own docstring and code
-(`build_pairs`): teacher-forced text for tools/train_eagle3.py's --reference conversations, where the
+(`build_pairs`): teacher-forced text for ``yggc train eagle3``'s --reference conversations, where the
 verifier's own answers are what 2 cores make slowly.
 
-Held-out split: pair_data's (sha256 of the file's relative path mod 20 == 0). Prompts from held-out
+Held-out split: corpus.py's (sha256 of the file's relative path mod 20 == 0). Prompts from held-out
 files are never used for training; they are the benchmark's chat prompts.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pair_data import corpus_files, is_heldout, read_text, rel_posix, stdlib_root
+from .corpus import corpus_files, is_heldout, read_text, rel_posix, stdlib_root
 
 MAX_CODE_CHARS = 700
 MAX_DOC_CHARS = 500
@@ -66,17 +66,20 @@ class DocItem:
 
 
 def cut_lines(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters at a line end."""
     if len(text) <= limit:
         return text
     return text[: text.rfind("\n", 0, limit) + 1 or limit].rstrip()
 
 
 def module_name(rel: str) -> str:
+    """"a/b/__init__.py" -> "a.b"; "a/c.py" -> "a.c"."""
     parts = rel.removesuffix(".py").split("/")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def without_docstring(source: str, node: ast.AST) -> str:
+    """The source of `node` with its docstring's lines left out."""
     doc = node.body[0]
     lines = source.split("\n")
     start, end = doc.lineno - node.lineno, doc.end_lineno - node.lineno
@@ -111,6 +114,7 @@ def phrase(item: DocItem, templates: tuple[str, ...]) -> str:
 
 
 def instruction(item: DocItem) -> str:
+    """The chat instruction made from `item`."""
     return phrase(item, TEMPLATES)
 
 

@@ -1,8 +1,5 @@
-"""tools/train_eagle3.py: the training-time test computes exactly what the runtime's draft steps compute,
-and a short run on a tiny verifier learns (held-out agreement rises)."""
-import sys
-from pathlib import Path
-
+"""yggc train eagle3: the training-time test computes exactly what the runtime's draft steps compute; the
+reference conversations and the resume point."""
 import pytest
 import torch
 from checkpoints import write_checkpoint
@@ -10,10 +7,10 @@ from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import new_eagle3
 
 from yggc.runtime.cache_layout import causal_rows
-
-sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))
-
-from eagle3_ttt import ttt_logits  # noqa: E402
+from yggc.train import eagle3
+from yggc.train.presets import DRAFTER_PRESETS
+from yggc.train.prompts import build_pairs
+from yggc.train.ttt import ttt_logits
 
 
 @pytest.fixture(scope="module")
@@ -54,32 +51,25 @@ def test_training_time_test_matches_runtime_draft_steps(tiny):
 
 
 def test_reference_samples_read_each_prompt_then_its_reference_answer(ckpt_root, tmp_path):
-    import train_eagle3
-    from drafter_prompts import build_pairs
     from tokenizers import Tokenizer
 
     for i in range(8):  # a corpus of 8 files, 2 documented functions each
         (tmp_path / f"m{i}.py").write_text("".join(f'def f{i}_{j}(x):\n    """Scale the number x by the factor {j}, as file {i} does it."""\n'
                                                    f"    return x * {j}\n\n\n" for j in range(2)))
     v = write_checkpoint(ckpt_root / "ref_v", "llama_gqa", seed=3)  # no chat template: plain text
-    tok, max_new = Tokenizer.from_file(str(v / "tokenizer.json")), train_eagle3.DRAFTER_PRESETS["tiny"].gen.max_new
-    samples = train_eagle3.reference_samples(v, "tiny", 6, tmp_path)
+    tok, max_new = Tokenizer.from_file(str(v / "tokenizer.json")), DRAFTER_PRESETS["tiny"].gen.max_new
+    samples = eagle3.reference_samples(v, "tiny", 6, tmp_path)
     pairs = [(q, a) for q, a in build_pairs(False, tmp_path)[:6]
-             if len(tok.encode(q).ids) <= train_eagle3.DRAFTER_PRESETS["tiny"].gen.max_prompt]
+             if len(tok.encode(q).ids) <= DRAFTER_PRESETS["tiny"].gen.max_prompt]
     assert samples and len(samples) == len(pairs)
     for s, (question, answer) in zip(samples, pairs):
         assert s.ids[:s.answer_start] == tok.encode(question).ids
         assert s.ids[s.answer_start:] == tok.encode(answer).ids[:max_new]
-    assert train_eagle3.reference_samples(v, "tiny", 0) == []
+    assert eagle3.reference_samples(v, "tiny", 0) == []
 
 
 def test_a_run_that_reached_its_steps_skips_the_training_features(tmp_path):
-    import argparse
-
-    import train_eagle3
-
-    args = argparse.Namespace(no_resume=False)
-    assert train_eagle3.saved_step(tmp_path, args) == 0  # nothing saved: train from step 0
+    assert eagle3.saved_step(tmp_path, resume=True) == 0  # nothing saved: train from step 0
     (tmp_path / "state.json").write_text('{"step": 800, "seed": 0}')
-    assert train_eagle3.saved_step(tmp_path, args) == 800  # a rerun with --steps <= 800 only evaluates and exports
-    assert train_eagle3.saved_step(tmp_path, argparse.Namespace(no_resume=True)) == 0
+    assert eagle3.saved_step(tmp_path, resume=True) == 800  # a rerun with --steps <= 800 only evaluates and exports
+    assert eagle3.saved_step(tmp_path, resume=False) == 0

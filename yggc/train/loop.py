@@ -1,29 +1,56 @@
-"""The training loop of tools/train_pair.py: resumable state (safetensors + JSON, no pickle), the learning
-rate schedule, deterministic batches, optional distillation from a teacher, and the time budget.
+"""The one training loop of the three jobs: resumable state (safetensors + JSON, no pickle), the learning
+rate schedule, deterministic batches, optional distillation from a teacher, time budgets, progress bars.
+
+train_model runs a pair model (``yggc train pair``); distill_steps the drafter and EAGLE-3 jobs, whose loss
+a job-specific step function computes. Both resume exactly: the batch of a step is a pure function of the
+seed and the step, and the state of a run is saved every --ckpt-every steps and when it stops.
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pair_data import eot_id, load_tokenizer
-from pair_presets import ModelSize, Preset, TrainHParams, build_model, export_checkpoint, load_hf_model, n_params
+
+from ..errors import YggcError
+from .corpus import eot_id, load_tokenizer
+from .presets import ModelSize, PairPreset, TrainHParams, build_model, export_checkpoint, load_hf_model, n_params
+
+if TYPE_CHECKING:
+    import torch
+    from tqdm import tqdm
 
 ROLES = ("verifier", "drafter")
 
 
+def log(job: str, line: str) -> None:
+    """One progress line of `yggc train JOB` on stderr."""
+    print(f"yggc train {job}: {line}", file=sys.stderr)
+
+
+def progress(desc: str, total: int | None = None, initial: int = 0, **kwargs: Any) -> tqdm:
+    """A tqdm bar on stderr; redrawn at most every 30 s when stderr is not a terminal (short nohup logs)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True,
+                mininterval=1.0 if sys.stderr.isatty() else 30.0, **kwargs)
+
+
 def file_sha256(path: str | Path) -> str:
+    """The hex sha256 of the file's bytes."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def save_state(state_dir: Path, model, opt, meta: dict) -> None:
+def save_state(state_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict) -> None:
     """float32 weights + AdamW moments as safetensors, counters as JSON; JSON written last."""
     import torch
     from safetensors.torch import save_file, save_model
@@ -44,7 +71,8 @@ def save_state(state_dir: Path, model, opt, meta: dict) -> None:
     os.replace(state_dir / "state.tmp.json", state_dir / "state.json")
 
 
-def load_state(state_dir: Path, model, opt) -> dict:
+def load_state(state_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer) -> dict:
+    """Restore what save_state wrote into `model` and `opt`; returns the counters."""
     from safetensors.torch import load_file, load_model
 
     load_model(model, str(state_dir / "model.safetensors"))
@@ -55,7 +83,8 @@ def load_state(state_dir: Path, model, opt) -> dict:
     return json.loads((state_dir / "state.json").read_text())
 
 
-def make_optimizer(model, hp: TrainHParams):
+def make_optimizer(model: torch.nn.Module, hp: TrainHParams) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only."""
     import torch
 
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -65,6 +94,7 @@ def make_optimizer(model, hp: TrainHParams):
 
 
 def lr_at(step: int, total: int | None, hp: TrainHParams) -> float:
+    """Linear warmup, then cosine decay to hp.min_lr_ratio of the peak at `total` (constant without one)."""
     if step < hp.warmup_steps:
         return hp.lr * (step + 1) / hp.warmup_steps
     if not total:
@@ -73,7 +103,23 @@ def lr_at(step: int, total: int | None, hp: TrainHParams) -> float:
     return hp.lr * (hp.min_lr_ratio + (1 - hp.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def sample_batch(tokens: np.ndarray, seed: int, role: str, step: int, batch: int, seq_len: int):
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    """The learning rate of every parameter group."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def apply_gradients(model: torch.nn.Module, opt: torch.optim.Optimizer, loss: torch.Tensor, grad_clip: float) -> None:
+    """Backward, clip the gradient norm (frozen weights have no gradient), one optimizer step."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def sample_batch(tokens: np.ndarray, seed: int, role: str, step: int, batch: int, seq_len: int) -> torch.Tensor:
     """Random windows of ``seq_len + 1`` tokens; a pure function of (seed, role, step)."""
     import torch
 
@@ -83,10 +129,23 @@ def sample_batch(tokens: np.ndarray, seed: int, role: str, step: int, batch: int
     return torch.from_numpy(windows)
 
 
+def batch_indices(n: int, seed: int, step: int, batch: int) -> list[int]:
+    """Items of step `step`: consecutive slices of a fresh permutation of range(n) per epoch."""
+    perms: dict[int, np.ndarray] = {}  # one permutation per epoch the step touches (at most two)
+    out = []
+    for k in range(step * batch, (step + 1) * batch):
+        epoch, i = divmod(k, n)
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([seed, epoch]).permutation(n)
+        out.append(int(perms[epoch][i]))
+    return out
+
+
 @dataclass
 class Job:
+    """One model of the pair to train (or resume) and export to out_dir/<role>."""
     role: str
-    preset: Preset
+    preset: PairPreset
     size: ModelSize
     hp: TrainHParams
     tokens: np.ndarray
@@ -108,7 +167,8 @@ class Job:
         return self.out_dir / ".state" / self.role
 
 
-def make_loss_fn(model, teacher, alpha: float | None, autocast: bool):
+def make_loss_fn(model: torch.nn.Module, teacher: torch.nn.Module | None, alpha: float | None,
+                 autocast: bool) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
     """``x -> (loss, ce)``; with a teacher: ``alpha * CE + (1 - alpha) * KL(teacher || model)``."""
     import torch
     import torch.nn.functional as F
@@ -130,7 +190,7 @@ def make_loss_fn(model, teacher, alpha: float | None, autocast: bool):
     return loss_fn
 
 
-def init_job(job: Job, eot: int):
+def init_job(job: Job, eot: int) -> tuple[torch.nn.Module, torch.optim.Optimizer, dict, torch.nn.Module | None]:
     """Model, optimizer, metadata (resumed from ``job.state_dir`` when possible), teacher."""
     model = build_model(job.size, job.preset, eot, job.seed + ROLES.index(job.role))
     opt = make_optimizer(model, job.hp)
@@ -154,11 +214,11 @@ def init_job(job: Job, eot: int):
         old = load_state(job.state_dir, model, opt)
         for key in ("size", "seq_len", "seed", "tokenizer_sha256"):
             if old[key] != meta[key]:
-                sys.exit(f"{job.state_dir}: saved {key} {old[key]!r} != {meta[key]!r}; use --no-resume")
+                raise YggcError(f"{job.state_dir}: saved {key} {old[key]!r} != {meta[key]!r}; use --no-resume")
         meta = old
         if job.steps is not None:
             meta["total_steps"] = job.steps
-        print(f"[{job.role}] resumed at step {meta['step']} from {job.state_dir}", file=sys.stderr)
+        log("pair", f"{job.role} resumed at step {meta['step']} from {job.state_dir}")
     teacher = None
     if job.teacher_dir is not None:
         teacher = load_hf_model(job.teacher_dir, "float32")
@@ -188,19 +248,16 @@ def update_total(meta: dict, job: Job, t_run0: float, t_calib: float, calib_step
     meta["estimate_stage"] = stage + 1
 
 
-def train_step(model, opt, loss_fn, x, grad_clip: float) -> float:
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable, x: torch.Tensor,
+               grad_clip: float) -> float:
     """One optimizer step; returns the batch cross-entropy."""
-    import torch
-
     loss, ce = loss_fn(x)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    apply_gradients(model, opt, loss, grad_clip)
     return ce.detach().item()
 
 
 def stop_reason(job: Job, meta: dict, start: int, elapsed: float) -> str | None:
+    """Why the run stops before its last step (--stop-after, or GRACE x the time budget), or None."""
     if job.stop_after is not None and meta["step"] - start >= job.stop_after:
         return f"--stop-after {job.stop_after}"
     if elapsed > GRACE * job.hp.minutes * 60 and meta["step"] < (meta["total_steps"] or 0):
@@ -208,27 +265,16 @@ def stop_reason(job: Job, meta: dict, start: int, elapsed: float) -> str | None:
     return None
 
 
-def progress_bar(job: Job, meta: dict):
-    from tqdm import tqdm
-
-    interval = 1.0 if sys.stderr.isatty() else 30.0  # keep nohup logs short
-    return tqdm(
-        total=meta["total_steps"], initial=meta["step"], desc=job.role, dynamic_ncols=True, mininterval=interval
-    )
-
-
-def finish(job: Job, model, opt, meta: dict, start: int, seconds: float) -> dict:
+def finish(job: Job, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict, start: int,
+           seconds: float) -> dict:
     """Final training state + exported checkpoint ``out_dir/<role>``."""
     meta.update(train_seconds=meta["train_seconds"] + seconds, start_step=start)
     meta["finished"] = meta["step"] >= (meta["total_steps"] or 0)
     save_state(job.state_dir, model, opt, meta)
     export_checkpoint(model, job.tokenizer_path, job.out_dir / job.role, job.preset.final_dtype)
-    print(
-        f"[{job.role}] {meta['params'] / 1e6:.2f}M params, step {meta['step']}/{meta['total_steps']}, "
+    log("pair", f"{job.role} {meta['params'] / 1e6:.2f}M params, step {meta['step']}/{meta['total_steps']}, "
         f"{meta['tokens_seen'] / 1e6:.2f}M tokens, train CE {meta['loss_ema']:.3f}, "
-        f"{meta['train_seconds'] / 60:.1f} min -> {job.out_dir / job.role}",
-        file=sys.stderr,
-    )
+        f"{meta['train_seconds'] / 60:.1f} min -> {job.out_dir / job.role}")
     return meta
 
 
@@ -239,10 +285,10 @@ def train_model(job: Job) -> dict:
     model, opt, meta, teacher = init_job(job, eot_id(load_tokenizer(job.tokenizer_path)))
     loss_fn = make_loss_fn(model, teacher, job.distill_alpha, job.autocast)
     loss_fn = torch.compile(loss_fn) if job.compile else loss_fn
-    start, t0, t_calib, bar = meta["step"], time.time(), None, progress_bar(job, meta)
+    start, t0, t_calib, reason = meta["step"], time.time(), None, None
+    bar = progress(job.role, meta["total_steps"], meta["step"])
     while meta["total_steps"] is None or meta["step"] < meta["total_steps"]:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(meta["step"], meta["total_steps"], job.hp)
+        set_lr(opt, lr_at(meta["step"], meta["total_steps"], job.hp))
         x = sample_batch(job.tokens, job.seed, job.role, meta["step"], job.hp.batch_size, job.preset.seq_len)
         ce = train_step(model, opt, loss_fn, x, job.hp.grad_clip)
         meta["step"] += 1
@@ -257,37 +303,31 @@ def train_model(job: Job) -> dict:
         bar.update(1)
         reason = stop_reason(job, meta, start, elapsed)
         if reason:
-            print(f"\n[{job.role}] stopped by {reason} at step {meta['step']}/{meta['total_steps']}; rerun to resume")
             break
         if meta["step"] % job.ckpt_every == 0:
             save_state(job.state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + elapsed})
     bar.close()
+    if reason:
+        log("pair", f"{job.role} stopped by {reason} at step {meta['step']}/{meta['total_steps']}; rerun to resume")
     return finish(job, model, opt, meta, start, time.time() - t0)
 
 
-def distill_steps(tool: str, model, opt, meta: dict, total: int, hp: TrainHParams, state_dir: Path, args,
-                  step) -> dict:
-    """The resumable loop of train_drafter.py and train_eagle3.py, from meta["step"] (or the state saved
-    in state_dir) to `total`. step(meta) -> (loss, progress text) computes the loss of batch meta["step"]
-    (and may keep running statistics in meta); checkpoints every --ckpt-every steps and when
-    --max-minutes / --stop-after stop the run (rerun to resume)."""
-    import torch
-    from tqdm import tqdm
-
+def distill_steps(job: str, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict, total: int,
+                  hp: TrainHParams, state_dir: Path, args: argparse.Namespace,
+                  step: Callable[[dict], tuple[torch.Tensor, str]]) -> dict:
+    """The resumable loop of the drafter and EAGLE-3 jobs, from meta["step"] (or the state saved in state_dir)
+    to `total`. step(meta) -> (loss, progress text) computes the loss of batch meta["step"] (and may keep
+    running statistics in meta); checkpoints every args.ckpt_every steps and when args.max_minutes /
+    args.stop_after stop the run (rerun to resume); args.no_resume starts over."""
     if (state_dir / "state.json").is_file() and not args.no_resume:
         meta = load_state(state_dir, model, opt)
-        print(f"{tool}: resumed at step {meta['step']}", file=sys.stderr)
-    start, t0 = meta["step"], time.time()
-    bar = tqdm(total=total, initial=start, desc=tool.replace("_", " "), dynamic_ncols=True,
-               mininterval=1.0 if sys.stderr.isatty() else 30.0)
+        log(job, f"resumed at step {meta['step']}")
+    start, t0, stop = meta["step"], time.time(), None
+    bar = progress(f"train {job}", total, start)
     while meta["step"] < total:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(meta["step"], total, hp)
+        set_lr(opt, lr_at(meta["step"], total, hp))
         loss, text = step(meta)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), hp.grad_clip)  # frozen weights have no grad
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        apply_gradients(model, opt, loss, hp.grad_clip)
         meta["step"] += 1
         bar.set_postfix_str(f"loss={loss.item():.3f}, {text}", refresh=False)
         bar.update(1)
@@ -297,8 +337,9 @@ def distill_steps(tool: str, model, opt, meta: dict, total: int, hp: TrainHParam
         if meta["step"] % args.ckpt_every == 0 or meta["step"] == total or stop:
             save_state(state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + elapsed})
         if stop:
-            print(f"\n{tool}: {stop} reached at step {meta['step']}; rerun to resume", file=sys.stderr)
             break
     bar.close()
+    if stop:
+        log(job, f"{stop} reached at step {meta['step']}; rerun the same command to resume")
     meta["train_seconds"] += time.time() - t0
     return meta

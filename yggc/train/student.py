@@ -1,12 +1,20 @@
-"""The student of tools/train_drafter.py: a small Llama with the target's tokenizer, its tied embedding
+"""The student of ``yggc train drafter``: a small Llama with the target's tokenizer, its tied embedding
 initialised from the target's by projection onto the target embedding's top principal directions,
 and the distillation loss on the target's top-k soft labels.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pair_presets import ModelSize
+from .presets import ModelSize
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from .shards import Sample
 
 # the projected embedding's rows are long (the target's), so tied logits start huge (initial loss 29 for
 # SmolLM2); a small final-norm gain starts the student near uniform (loss 10, ln V = 10.8)
@@ -22,7 +30,7 @@ class DistillBatch:
     topk_probs: object # [N, K] float32: the target's top-k probabilities, renormalised
 
 
-def student_config(target_cfg: dict, size: ModelSize):
+def student_config(target_cfg: dict, size: ModelSize) -> LlamaConfig:
     """A LlamaConfig for the student: the target's vocabulary, special tokens and RoPE, the student's size."""
     from transformers import LlamaConfig
 
@@ -37,7 +45,7 @@ def student_config(target_cfg: dict, size: ModelSize):
     )
 
 
-def projected_embedding(target_embedding, hidden: int):
+def projected_embedding(target_embedding: torch.Tensor, hidden: int) -> torch.Tensor:
     """[V, H_target] -> [V, hidden]: the target's embedding in its top-`hidden` principal directions,
     rescaled to the target's mean row norm (the student's RMSNorms see the same scale)."""
     import torch
@@ -48,7 +56,8 @@ def projected_embedding(target_embedding, hidden: int):
     return small * (emb.norm(dim=1).mean() / small.norm(dim=1).mean())
 
 
-def build_student(target_cfg: dict, target_embedding, size: ModelSize, seed: int):
+def build_student(target_cfg: dict, target_embedding: torch.Tensor, size: ModelSize, seed: int) -> LlamaForCausalLM:
+    """The float32 student in training mode (seeded), its embedding projected from the target's."""
     import torch
     from transformers import LlamaForCausalLM
 
@@ -60,7 +69,8 @@ def build_student(target_cfg: dict, target_embedding, size: ModelSize, seed: int
     return model.train()
 
 
-def distill_loss(model, batch: DistillBatch, hard_weight: float):
+def distill_loss(model: LlamaForCausalLM, batch: DistillBatch,
+                 hard_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (loss, agreement): soft cross-entropy against the target's top-k plus `hard_weight` x CE on the
     produced token; agreement = the fraction of positions where the student's argmax is the target's."""
     hidden = model.model(input_ids=batch.ids).last_hidden_state          # [B, L, H]
@@ -72,7 +82,7 @@ def distill_loss(model, batch: DistillBatch, hard_weight: float):
     return (1 - hard_weight) * soft + hard_weight * hard, agree
 
 
-def collate(samples) -> DistillBatch:
+def collate(samples: Sequence[Sample]) -> DistillBatch:
     """Right-padded ids and the (row, position) of every answer token's predecessor."""
     import torch
 

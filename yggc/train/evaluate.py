@@ -1,5 +1,4 @@
-#!/usr/bin/env python3
-"""Evaluate a verifier/drafter pair written by ``tools/train_pair.py`` on held-out stdlib files.
+"""``yggc train evaluate``: held-out metrics of a verifier/drafter pair written by ``yggc train pair``.
 
 Metrics
     * held-out perplexity of each model: non-overlapping ``--ctx``-token windows
@@ -18,39 +17,43 @@ Metrics
       a step is only simulated while all k drafts and the bonus token lie inside
       the continuation.
 
-``heldout_prompts(n, n_chars)`` (defined in pair_data, re-exported by train_pair
-and here) is the stable prompt set also used by the benchmark harness.
+``heldout_prompts(n, n_chars)`` (corpus.py) is the stable prompt set, also the
+demo pair's ``prompts.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-try:  # works both as tools/eval_pair.py (script) and as tools.eval_pair (namespace package)
-    import train_pair as tp
-except ImportError:  # pragma: no cover
-    from tools import train_pair as tp
-
-# re-exported: the benchmark harness and the tests use these
-Prompt, heldout_prompt_records, heldout_prompts = tp.Prompt, tp.heldout_prompt_records, tp.heldout_prompts
-DEFAULT_ROOT, eot_id, heldout_files, n_params = tp.DEFAULT_ROOT, tp.eot_id, tp.heldout_files, tp.n_params
-encode_documents, load_hf_model, load_tokenizer, read_text = (
-    tp.encode_documents,
-    tp.load_hf_model,
-    tp.load_tokenizer,
-    tp.read_text,
+from ..errors import YggcError
+from .corpus import (
+    encode_documents,
+    eot_id,
+    heldout_files,
+    heldout_prompt_records,
+    load_tokenizer,
+    read_text,
+    stdlib_root,
 )
+from .presets import checkpoint_folder, load_hf_model, n_params, require_transformers
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import LlamaForCausalLM
 
 # --------------------------------------------------------------------------- metrics
 
 
-def heldout_windows(tok, ctx: int, max_tokens: int, root: str | Path | None = None):
+def heldout_windows(tok: Tokenizer, ctx: int, max_tokens: int,
+                    root: str | Path | None = None) -> tuple[torch.Tensor, int]:
     """Non-overlapping ``ctx + 1``-token windows (stride ctx) over the held-out stream."""
     import torch
 
@@ -60,7 +63,7 @@ def heldout_windows(tok, ctx: int, max_tokens: int, root: str | Path | None = No
     return torch.from_numpy(np.stack(wins)), len(stream)
 
 
-def text_metrics(verifier, drafter, windows, batch: int = 8) -> dict:
+def text_metrics(verifier: LlamaForCausalLM, drafter: LlamaForCausalLM, windows: torch.Tensor, batch: int = 8) -> dict:
     """Held-out perplexities and teacher-forced top-1 agreement."""
     import torch
     import torch.nn.functional as F
@@ -84,13 +87,15 @@ def text_metrics(verifier, drafter, windows, batch: int = 8) -> dict:
     }
 
 
-def greedy_continuation(model, prompt_ids: list[int], n_new: int) -> list[int]:
+def greedy_continuation(model: LlamaForCausalLM, prompt_ids: list[int], n_new: int) -> list[int]:
     """``n_new`` greedy tokens (KV cache; EOT is not treated as a stop token)."""
     import torch
 
     out, past = [], None
     x = torch.tensor([prompt_ids])
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        # transformers 5 renames past_key_values (a FutureWarning); the name still works, 4.x knows only it
+        warnings.filterwarnings("ignore", message="`past_key_values` is deprecated", category=FutureWarning)
         for _ in range(n_new):
             res = model(input_ids=x, past_key_values=past, use_cache=True)
             past = res.past_key_values
@@ -100,7 +105,7 @@ def greedy_continuation(model, prompt_ids: list[int], n_new: int) -> list[int]:
     return out
 
 
-def match_flags(drafter, prompt_ids: list[int], cont: list[int]) -> list[bool]:
+def match_flags(drafter: LlamaForCausalLM, prompt_ids: list[int], cont: list[int]) -> list[bool]:
     """``match[i]``: drafter argmax after ``prompt + cont[:i]`` equals ``cont[i]``."""
     import torch
 
@@ -122,7 +127,9 @@ def chain_accept_lengths(matches: Sequence[bool], k: int) -> list[int]:
     return lengths
 
 
-def chain_metrics(verifier, drafter, tok, prompts: list[str], n_new: int, ks=(4, 8)) -> tuple[dict, list]:
+def chain_metrics(verifier: LlamaForCausalLM, drafter: LlamaForCausalLM, tok: Tokenizer, prompts: list[str],
+                  n_new: int, ks: Sequence[int] = (4, 8)) -> tuple[dict, list[str]]:
+    """Chain agreement and mean accepted length per k over the prompts; the verifier's continuations."""
     bos = eot_id(tok)
     all_matches, samples = [], []
     for text in prompts:
@@ -141,27 +148,8 @@ def chain_metrics(verifier, drafter, tok, prompts: list[str], n_new: int, ks=(4,
     return res, samples
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=tp.HelpFormatter)
-    ap.add_argument(
-        "--pair", type=Path, default=DEFAULT_ROOT / "demo", help="dir with verifier/ and drafter/ (e.g. yggc/demo_pair)"
-    )
-    ap.add_argument("--corpus-dir", type=Path, help="corpus root (default: the stdlib)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    ap.add_argument("--ctx", type=int, default=512, help="window length for perplexity/agreement")
-    ap.add_argument("--max-eval-tokens", type=int, default=131072, help="cap on held-out tokens scored")
-    ap.add_argument("--prompts", type=int, default=32, help="number of held-out prompts")
-    ap.add_argument("--prompt-chars", type=int, default=200, help="characters per prompt")
-    ap.add_argument("--new-tokens", type=int, default=128, help="verifier greedy tokens per prompt")
-    ap.add_argument("--show-samples", type=int, default=1, help="print this many prompt+continuation pairs")
-    ap.add_argument("--json", nargs="?", const="-", metavar="PATH", help="also write JSON (to stdout: -)")
-    return ap.parse_args(argv)
-
-
 def print_table(r: dict) -> None:
+    """The metrics as a short table on stdout."""
     print(f"pair {r['pair']}  ({r['heldout_files']} held-out files, {r['tokens']} tokens scored, ctx {r['ctx']})")
     print(f"{'model':10}{'params':>10}{'held-out ppl':>14}")
     for role in ("verifier", "drafter"):
@@ -174,15 +162,21 @@ def print_table(r: dict) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    args = parse_args(argv)
+def run(args: argparse.Namespace) -> dict:
+    """Score the pair in --pair; prints the table (and --show-samples continuations) on stdout, returns the metrics."""
+    require_transformers()
+    verifier_dir, drafter_dir = (checkpoint_folder(args.pair / role, "--pair") for role in ("verifier", "drafter"))
+    t0 = time.time()
+    records = heldout_prompt_records(args.prompts, args.prompt_chars, args.corpus_dir)
+    if not records:
+        raise YggcError(f"no held-out function of {args.prompt_chars // 2}+ characters to prompt with under "
+                        f"{args.corpus_dir or stdlib_root()}")
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    t0 = time.time()
-    tok = load_tokenizer(args.pair / "verifier" / "tokenizer.json")
-    verifier, drafter = load_hf_model(args.pair / "verifier"), load_hf_model(args.pair / "drafter")
+    tok = load_tokenizer(verifier_dir / "tokenizer.json")
+    verifier, drafter = load_hf_model(verifier_dir), load_hf_model(drafter_dir)
     windows, _ = heldout_windows(tok, args.ctx, args.max_eval_tokens, args.corpus_dir)
     res = {
         "pair": str(args.pair),
@@ -192,17 +186,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "params_drafter": n_params(drafter),
     }
     res.update(text_metrics(verifier, drafter, windows))
-    records = heldout_prompt_records(args.prompts, args.prompt_chars, args.corpus_dir)
     chain, samples = chain_metrics(verifier, drafter, tok, [p.text for p in records], args.new_tokens)
     res.update(chain, seconds=time.time() - t0)
     print_table(res)
     for rec, sample in list(zip(records, samples))[: args.show_samples]:
         print(f"\n--- prompt ({rec.path}:{rec.line}) ---\n{rec.text}\n--- verifier greedy continuation ---\n{sample}")
-    if args.json:
-        text = json.dumps(res, indent=1)
-        print(text) if args.json == "-" else Path(args.json).write_text(text + "\n")
     return res
-
-
-if __name__ == "__main__":
-    main()

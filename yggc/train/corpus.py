@@ -1,4 +1,4 @@
-"""Data for the verifier/drafter pair of ``tools/train_pair.py``: corpus, held-out split, prompts, tokenizer.
+"""The stdlib corpus of ``yggc train pair``: files, held-out split, held-out prompts, tokenizer.
 
 Corpus
     Every ``*.py`` file below ``sysconfig.get_paths()["stdlib"]`` (present on
@@ -21,7 +21,7 @@ Held-out prompts
     ``heldout_prompts(n, n_chars)``: the first ~``n_chars`` characters of
     function definitions in held-out files, cut at a line end, round-robin over
     the files (each file's in sha256 order of ``path:line``) -- the stable
-    prompt set of ``tools/eval_pair.py`` and the benchmark harness.
+    prompt set of ``yggc train evaluate`` and of the demo pair's ``prompts.json``.
 
 Tokenizer
     Byte-level BPE (``tokenizers``, GPT-2 pre-tokenizer regex, lossless
@@ -41,8 +41,12 @@ import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 EOT = "<|endoftext|>"
 HELDOUT_MODULUS = 20
@@ -168,7 +172,7 @@ def heldout_prompts(n: int = 32, n_chars: int = 200, root: str | Path | None = N
 # --------------------------------------------------------------------------- tokenizer
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int):
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     """Byte-level BPE with ``<|endoftext|>`` as the only special token (id 0)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -187,7 +191,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
     return tok
 
 
-def add_bos_post_processor(tok) -> None:
+def add_bos_post_processor(tok: Tokenizer) -> None:
     """``encode(text)`` (add_special_tokens=True) prepends ``<|endoftext|>`` as bos, like Llama tokenizers."""
     from tokenizers import processors
 
@@ -197,17 +201,17 @@ def add_bos_post_processor(tok) -> None:
     )
 
 
-def load_tokenizer(path: str | Path):
+def load_tokenizer(path: str | Path) -> Tokenizer:
     from tokenizers import Tokenizer
 
     return Tokenizer.from_file(str(path))
 
 
-def eot_id(tok) -> int:
+def eot_id(tok: Tokenizer) -> int:
     return tok.token_to_id(EOT)
 
 
-def encode_documents(tok, texts: Sequence[str]) -> np.ndarray:
+def encode_documents(tok: Tokenizer, texts: Sequence[str]) -> np.ndarray:
     """``[EOT] doc0 [EOT] doc1 ... [EOT]`` as one uint16 stream."""
     assert tok.get_vocab_size() < 2**16
     eot = eot_id(tok)

@@ -1,5 +1,6 @@
-"""Self-generated distillation data for tools/train_drafter.py: the target answers chat prompts, and
-its top-k next-token distribution at every answer token is kept as the drafter's soft label.
+"""Self-generated distillation data, resumable shards: the target answers chat prompts, and its top-k
+next-token distribution at every answer token is kept as the drafter's soft label (``yggc train drafter``;
+``yggc train eagle3`` reads the same answers).
 
 Shards
     ``DATA/shard-NNNNN.safetensors``, one generation batch each, written atomically, so an
@@ -13,30 +14,36 @@ Shards
 """
 from __future__ import annotations
 
-import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .loop import progress
+from .presets import GenSpec
+from .prompts import build_prompts
+
+if TYPE_CHECKING:
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import LlamaForCausalLM
+
+    from ..runtime.chat import ChatTemplate
 
 SAMPLED_EVERY = 3
 KEYS = ("prompt_ids", "prompt_offsets", "response_ids", "response_offsets", "topk_ids", "topk_logprobs")
 
 
-@dataclass(frozen=True)
-class GenSpec:
-    batch: int        # prompts per shard
-    max_new: int      # answer tokens at most
-    max_prompt: int   # longer prompts are skipped
-    top_k: int        # soft-label width
-    seed: int
-
-
-def encode_prompts(tokenizer, chat, texts: list[str], max_prompt: int) -> list[list[int]]:
+def encode_prompts(tokenizer: Tokenizer, chat: ChatTemplate | None, texts: list[str],
+                   max_prompt: int) -> list[list[int]]:
     """Chat-formatted token ids (plain text when the target has no chat template); long ones dropped."""
     ids = [tokenizer.encode(chat.render([{"role": "user", "content": t}]) if chat else t).ids for t in texts]
     return [p for p in ids if len(p) <= max_prompt]
 
 
-def left_pad(prompts: list[list[int]], pad: int):
+def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     width = max(map(len, prompts))
@@ -48,7 +55,7 @@ def left_pad(prompts: list[list[int]], pad: int):
     return ids, mask  # [B, P] each
 
 
-def answer_length(tokens, eos: set[int]) -> int:
+def answer_length(tokens: Sequence[int], eos: set[int]) -> int:
     """Tokens up to and including the first end-of-turn token."""
     for i, t in enumerate(tokens):
         if t in eos:
@@ -56,7 +63,8 @@ def answer_length(tokens, eos: set[int]) -> int:
     return len(tokens)
 
 
-def generate_shard(model, prompts: list[list[int]], spec: GenSpec, index: int, eos: set[int]) -> dict:
+def generate_shard(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpec, index: int,
+                   eos: set[int]) -> dict:
     """One batch of answers and their top-k soft labels, as the shard's tensors."""
     import torch
 
@@ -85,21 +93,21 @@ def generate_shard(model, prompts: list[list[int]], spec: GenSpec, index: int, e
 
 
 def shard_path(data_dir: Path, index: int) -> Path:
+    """The file of shard `index`."""
     return data_dir / f"shard-{index:05d}.safetensors"
 
 
-def write_shards(model, prompts: list[list[int]], spec: GenSpec, data_dir: Path, eos: set[int], label: str) -> None:
+def write_shards(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpec, data_dir: Path, eos: set[int],
+                 label: str) -> None:
     """Generate every missing shard of `prompts` (spec.batch per shard) into data_dir."""
     from safetensors.torch import save_file
-    from tqdm import tqdm
 
     data_dir.mkdir(parents=True, exist_ok=True)
     n_shards = -(-len(prompts) // spec.batch)
     todo = [s for s in range(n_shards) if not shard_path(data_dir, s).is_file()]
     if not todo:
         return
-    bar = tqdm(total=n_shards, initial=n_shards - len(todo), desc=f"generate {label}", unit="shard",
-               mininterval=1.0 if sys.stderr.isatty() else 30.0, dynamic_ncols=True)
+    bar = progress(f"generate {label}", n_shards, n_shards - len(todo), unit="shard")
     for s in todo:
         batch = prompts[s * spec.batch:(s + 1) * spec.batch]
         tensors = generate_shard(model, batch, spec, s, eos)
@@ -133,3 +141,35 @@ def read_samples(data_dir: Path) -> list[Sample]:
                 samples.append(Sample(prompt + answer, len(prompt), t["topk_ids"][ro[i]:ro[i + 1]].long(),
                                       t["topk_logprobs"][ro[i]:ro[i + 1]].float()))
     return samples
+
+
+def chat_tokenizer(folder: Path) -> tuple[Tokenizer, ChatTemplate | None]:
+    """The checkpoint folder's tokenizer.json and chat template (None where it has none)."""
+    from tokenizers import Tokenizer
+
+    from ..runtime.chat import load_chat_template
+
+    return Tokenizer.from_file(str(folder / "tokenizer.json")), load_chat_template(folder)
+
+
+def stop_tokens(target: LlamaForCausalLM, tok: Tokenizer, chat: ChatTemplate | None) -> set[int]:
+    """The target's end-of-answer ids: its config's eos ids and its chat template's end of turn."""
+    eos = {int(e) for e in np.atleast_1d(target.config.eos_token_id)}
+    if chat and tok.token_to_id(chat.eos_token) is not None:
+        eos.add(tok.token_to_id(chat.eos_token))
+    return eos
+
+
+def answer_prompts(target: LlamaForCausalLM, folder: Path, data_dir: Path, counts: tuple[int, int], gen: GenSpec,
+                   corpus: Path | None = None) -> list[str]:
+    """The target (loaded from `folder`) answers the first counts[0] training and counts[1] held-out prompts
+    that fit gen.max_prompt: the missing shards of data_dir/train and data_dir/heldout. Returns the held-out
+    prompt texts (all of them)."""
+    tok, chat = chat_tokenizer(folder)
+    eos = stop_tokens(target, tok, chat)
+    texts = {False: build_prompts(False, corpus), True: build_prompts(True, corpus)}
+    for heldout, split, label, count in ((False, "train", "train", counts[0]),
+                                         (True, "heldout", "held-out", counts[1])):
+        ids = encode_prompts(tok, chat, texts[heldout], gen.max_prompt)[:count]
+        write_shards(target, ids, gen, data_dir / split, eos, label)
+    return texts[True]

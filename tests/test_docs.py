@@ -1,0 +1,94 @@
+"""The user docs stay true: every yggc command line in README.md parses with yggc's own parser, every tools/ script
+and docs page it names exists, it stays short, and no text in the project is a development diary."""
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from yggc.cli.main import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PLACEHOLDER = "X"  # stands for $VAR and $(...) when a line is parsed
+DIARY_WORD = "sess" "ion"  # spelt in two pieces so that this file passes its own check
+
+
+def bash_blocks(text: str) -> list[str]:
+    return re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+
+
+def commands(block: str) -> list[list[str]]:
+    """The simple commands of a bash block: continuations joined, comments dropped, split at && ; | and
+    $(...) (whose inner command counts too), variables replaced by a placeholder."""
+    out = []
+    for line in block.replace("\\\n", " ").splitlines():
+        inner = re.findall(r"\$\(([^()]*)\)", line)
+        line = re.sub(r"\$\([^()]*\)", PLACEHOLDER, line)
+        for part in [*re.split(r"&&|;|\|", line), *inner]:
+            words = shlex.split(part, comments=True)
+            words = [re.sub(r"\$\{?\w+\}?", PLACEHOLDER, w) for w in words if not re.fullmatch(r"\w+=\S*", w)]
+            if words:
+                out.append(words)
+    return out
+
+
+def yggc_args(words: list[str]) -> list[str] | None:
+    """The arguments after `yggc` (however it is started), or None for another program."""
+    if words[0].endswith("yggc"):
+        return words[1:]
+    for i, w in enumerate(words[:-1]):
+        if w == "-m" and words[i + 1] in ("yggc", "yggc.cli"):
+            return words[i + 2:]
+    return None
+
+
+README_COMMANDS = [c for block in bash_blocks(README.read_text()) for c in commands(block)]
+
+
+def test_readme_is_short_and_has_its_two_setup_commands():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300
+    setup = [c for c in bash_blocks(text) if c.startswith("python3 -m venv .venv")]
+    assert len(setup) == 2 and "yggc pull smollm2" in setup[0] and "pytest -q" in setup[1]
+
+
+@pytest.mark.parametrize("args", [a for c in README_COMMANDS if (a := yggc_args(c)) is not None],
+                         ids=lambda a: " ".join(a)[:60])
+def test_every_yggc_line_in_the_readme_parses(args):
+    try:
+        build_parser().parse_args(args)
+    except SystemExit as e:  # argparse's way of refusing a line (it prints why to stderr)
+        pytest.fail(f"yggc {' '.join(args)}: exit {e.code}")
+
+
+def test_every_script_and_page_the_readme_names_exists():
+    text = README.read_text()
+    scripts = set(re.findall(r"\btools/\w+\.py", text))
+    links = set(re.findall(r"\]\(([^)#]+)\)", text))
+    assert scripts and links
+    assert sorted(p for p in scripts | links if not (ROOT / p).exists()) == []
+
+
+def test_the_readme_parser_sees_through_chains_substitutions_and_comments():
+    got = commands('M=$(.venv/bin/yggc pull smollm2) && .venv/bin/yggc run -m $M -p "a # b" # note\n'
+                   "torchrun --nproc-per-node 2 -m yggc run \\\n  -m V")
+    assert got == [[".venv/bin/yggc", "run", "-m", "X", "-p", "a # b"], [".venv/bin/yggc", "pull", "smollm2"],
+                   ["torchrun", "--nproc-per-node", "2", "-m", "yggc", "run", "-m", "V"]]
+    assert [yggc_args(c) for c in got] == [["run", "-m", "X", "-p", "a # b"], ["pull", "smollm2"], ["run", "-m", "V"]]
+
+
+def test_no_development_diary_in_the_project():
+    """Code, tests and docs state facts and reasons, not the sitting they came from: DIARY_WORD appears only as
+    pytest's own fixture scope (JSON data such as a tokenizer's vocabulary is not prose)."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py", "*.md", "*.txt", "*.toml",
+                            "*.cfg", "*.c", "*.cpp", "*.sh", ".ci/*"], cwd=ROOT, capture_output=True, text=True)
+    if files.returncode != 0:
+        pytest.skip("not a git checkout")
+    hits = []
+    for name in files.stdout.split():
+        for n, line in enumerate((ROOT / name).read_text(errors="replace").splitlines(), 1):
+            if re.search(rf"\b{DIARY_WORD}\b", line.replace(f'scope="{DIARY_WORD}"', ""), flags=re.I):
+                hits.append(f"{name}:{n}: {line.strip()[:80]}")
+    assert hits == []

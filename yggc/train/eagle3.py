@@ -1,0 +1,232 @@
+"""``yggc train eagle3``: an EAGLE-3 head (eagle3.txt) for a verifier, trained on the verifier's own answers.
+
+    yggc train eagle3 --target $(yggc pull smollm2)        # preset smollm2
+
+Stages, each resumable (rerun the same command to continue):
+  1. data      the verifier's answers to chat prompts: the shards `yggc train drafter` writes
+               (OUT/data/{train,heldout}, generated here when absent; shards.py), plus --reference
+               training prompts with reference answers made from the stdlib (prompts.build_pairs):
+               generating answers runs at ~80 tokens/s on 2 cores, a teacher-forced pass at ~350, so
+               most of the features come from text the verifier reads rather than writes (as EAGLE's
+               fixed-dataset training); the verifier's own answers count twice in the batches
+  2. features  one teacher-forced verifier pass per conversation (yggc's own graph, float32): the
+               inputs of the three feature layers, the verifier's final hidden state (its logits over
+               the draft vocabulary are recomputed per batch) and its argmax
+  3. vocab     the draft vocabulary: the --draft-vocab most frequent verifier tokens of the data
+  4. train     the training-time test (ttt.py): --unroll steps, each step feeding the head's
+               own output features, soft cross-entropy against the verifier, AdamW, warmup + cosine;
+               the batch of step s is a pure function of (seed, s); state in OUT/.state/eagle3-<preset>
+  5. export    OUT/eagle3-<preset>: the public head layout (graphs/eagle3_checkpoint.py) in bfloat16 and
+               eagle3_summary.json with the held-out top-1 agreement per unroll position (the
+               paper's acceptance-rate curve) and the chain acceptance length it implies
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..graphs.eagle3 import Eagle3Graph
+from ..graphs.llama import LlamaGraph
+from .loop import batch_indices, distill_steps, make_optimizer, progress
+from .presets import (
+    CACHE,
+    DRAFTER_PRESETS,
+    EAGLE3_PRESETS,
+    Eagle3Preset,
+    checkpoint_folder,
+    load_hf_model,
+    preset_named,
+    require_transformers,
+)
+from .prompts import build_pairs
+from .shards import Sample, answer_prompts, chat_tokenizer, encode_prompts, read_samples
+from .ttt import ttt_logits, ttt_loss
+
+Tables = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # draft ids [Vd], target -> draft id [V], lm_head rows [Vd, H]
+
+
+@dataclass
+class ConversationFeatures:
+    """One conversation as the head trains on it: row p pairs the verifier's feature g_p with x_{p+1}."""
+
+    tokens: torch.Tensor    # [T] long: x_{p+1}
+    features: torch.Tensor  # [T, F] float32: g_p
+    final: torch.Tensor     # [T, H] float32: the verifier's final hidden state at p + 1
+    best: torch.Tensor      # [T] long: the verifier's argmax at p + 1 (a verifier token id)
+    loss_from: int          # rows p >= loss_from predict answer tokens
+
+
+def reference_samples(target: Path, data_preset: str, count: int, corpus: Path | None = None) -> list[Sample]:
+    """The first `count` training prompts with their reference answers (from the stdlib, or the *.py files under
+    `corpus`), as Samples without soft labels (stage 1)."""
+    if count <= 0:
+        return []
+    gen = DRAFTER_PRESETS[data_preset].gen
+    tok, chat = chat_tokenizer(target)
+    out = []
+    for question, answer in build_pairs(False, corpus)[:count]:
+        reply = tok.encode(answer + (chat.eos_token if chat else "")).ids[:gen.max_new]
+        out += [Sample(prompt + reply, len(prompt), None, None)
+                for prompt in encode_prompts(tok, chat, [question], gen.max_prompt)]  # none if too long
+    return out
+
+
+def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFeatures]:
+    """Teacher-forced features of every conversation (stage 2)."""
+    out = []
+    with torch.inference_mode():
+        for s in progress("features", iterable=samples):
+            ids = torch.tensor(s.ids)
+            pos = torch.arange(len(s.ids))
+            logits, final, taps = verifier.run_layers(ids, pos, pos, pos[None, :] <= pos[:, None])
+            feats = torch.cat(taps, -1).float()
+            out.append(ConversationFeatures(ids[1:], feats[:-1], final[1:].float(), logits[1:].argmax(-1),
+                                            max(0, s.answer_start - 2)))
+    return out
+
+
+def training_sequences(verifier: LlamaGraph, generated: list[Sample],
+                       reference: list[Sample]) -> list[ConversationFeatures]:
+    """The features of both kinds of training conversation; the verifier's own answers count twice."""
+    seqs, ref = extract(verifier, generated), extract(verifier, reference)
+    return seqs * 2 + ref if ref else seqs
+
+
+def saved_step(state_dir: Path, resume: bool) -> int:
+    """The step a resumed run starts from: a run whose --steps it has reached only evaluates and exports, without
+    reading the training features again (minutes of verifier passes)."""
+    path = state_dir / "state.json"
+    return 0 if not resume or not path.is_file() else int(json.loads(path.read_text())["step"])
+
+
+def draft_vocabulary(samples: list[Sample], size: int, vocab: int) -> torch.Tensor:
+    """The `size` most frequent token ids of the conversations (ties and unseen ids: lower id first)."""
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for s in samples:
+        counts += torch.bincount(torch.tensor(s.ids), minlength=vocab)
+    order = torch.argsort(-counts * vocab + torch.arange(vocab))  # stable: by count, then id
+    return order[:size].sort().values
+
+
+def collate(seqs: list[ConversationFeatures], draft_ids: torch.Tensor, t2d: torch.Tensor,
+            lm_rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Padded batch -> tokens [B, T], features [B, T, F], target log-probs [B, T, Vd], best draft id [B, T], mask."""
+    T = max(len(s.tokens) for s in seqs)
+    B = len(seqs)
+    tokens = torch.zeros(B, T, dtype=torch.long)
+    feats = torch.zeros(B, T, seqs[0].features.shape[1])
+    final = torch.zeros(B, T, seqs[0].final.shape[1])
+    best = torch.full((B, T), -1, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    for b, s in enumerate(seqs):
+        n = len(s.tokens)
+        tokens[b, :n], feats[b, :n], final[b, :n] = s.tokens, s.features, s.final
+        best[b, :n] = t2d[s.best]  # -1 where the verifier's choice is outside the draft vocabulary
+        mask[b, s.loss_from:n] = True
+    with torch.no_grad():
+        target = torch.log_softmax(final @ lm_rows.T, -1)  # [B, T, Vd]
+    return tokens, feats, target, best, mask & (best >= 0)
+
+
+def evaluate(head: Eagle3Graph, seqs: list[ConversationFeatures], unroll: int, draft_ids: torch.Tensor,
+             t2d: torch.Tensor, lm_rows: torch.Tensor, batch: int) -> list[float]:
+    """Held-out top-1 agreement with the verifier per unroll position."""
+    sums, n = np.zeros(unroll), 0
+    with torch.no_grad():
+        for i in range(0, len(seqs), batch):
+            tokens, feats, target, best, mask = collate(seqs[i:i + batch], draft_ids, t2d, lm_rows)
+            _, agree = ttt_loss(ttt_logits(head, tokens, feats, unroll), target, best, mask)
+            sums += np.array(agree) * int(mask.sum())
+            n += int(mask.sum())
+    return list(sums / max(n, 1))
+
+
+def train(head: Eagle3Graph, seqs: list[ConversationFeatures], preset: Eagle3Preset, tables: Tables,
+          state_dir: Path, args: argparse.Namespace) -> dict:
+    """The training-time test over the feature sequences to preset.steps (resumable); the verifier's embedding
+    stays frozen."""
+    def step(meta: dict):
+        idx = batch_indices(len(seqs), args.seed, meta["step"], preset.train.batch_size)
+        tokens, feats, target, best, mask = collate([seqs[i] for i in idx], *tables)
+        loss, agree = ttt_loss(ttt_logits(head, tokens, feats, preset.unroll), target, best, mask)
+        ema = meta["agree"]
+        meta["agree"] = agree if ema is None else [0.95 * a + 0.05 * b for a, b in zip(ema, agree)]
+        return loss, "agree=" + "/".join(f"{a:.2f}" for a in meta["agree"])
+
+    for n, p in head.named_parameters():
+        p.requires_grad_(n != "embed.weight")
+    meta = {"step": 0, "seed": args.seed, "n_seqs": len(seqs), "train_seconds": 0.0, "agree": None}
+    meta = distill_steps("eagle3", head, make_optimizer(head, preset.train), meta, preset.steps,
+                         preset.train, state_dir, args, step)
+    head.requires_grad_(False)
+    return meta
+
+
+def ensure_data(target: Path, out: Path, data_preset: str) -> None:
+    """Stage 1: the verifier's answers (the drafter job's shards), generated when absent."""
+    if any((out / "data" / "train").glob("shard-*.safetensors")) and any((out / "data" / "heldout").glob("shard-*")):
+        return
+    dp = DRAFTER_PRESETS[data_preset]
+    answer_prompts(load_hf_model(target, "float32"), target, out / "data", (dp.n_prompts, dp.n_eval_prompts), dp.gen)
+
+
+def new_head(target: Path, verifier: LlamaGraph, samples: list[Sample], size: int,
+             seed: int) -> tuple[Eagle3Graph, Tables]:
+    """A fresh head over the `size` most frequent tokens of `samples`, the verifier's features bound to its
+    feature layers, and the tables that map the verifier's vocabulary to the draft vocabulary (stage 3)."""
+    from ..graphs.eagle3_checkpoint import new_eagle3
+
+    vocab = verifier.cfg.vocab_size
+    draft_ids = draft_vocabulary(samples, min(size, vocab), vocab)
+    head = new_eagle3(target, draft_ids, n_slots=2, seed=seed)
+    verifier.feature_layers = head.eagle.feature_layers
+    t2d = torch.full((vocab,), -1, dtype=torch.long)
+    t2d[draft_ids] = torch.arange(len(draft_ids))
+    return head, (draft_ids, t2d, verifier.lm_head.weight[draft_ids].float())
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Data, features, draft vocabulary, training (or resuming) and, at the last step, OUT/eagle3-<preset>;
+    returns the summary (also in that folder's eagle3_summary.json)."""
+    from ..graphs import load_model
+    from ..graphs.eagle3_checkpoint import head_base_config, save_eagle3
+
+    require_transformers()
+    preset = preset_named(args.preset, EAGLE3_PRESETS)
+    preset = replace(preset, steps=args.steps or preset.steps, draft_vocab=args.draft_vocab or preset.draft_vocab,
+                     unroll=args.unroll or preset.unroll,
+                     reference=preset.reference if args.reference is None else args.reference)
+    target = checkpoint_folder(args.target, "--target")
+    out = (args.out or CACHE / preset.data).expanduser().resolve()
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    ensure_data(target, out, preset.data)
+    train_samples, heldout_samples = read_samples(out / "data" / "train"), read_samples(out / "data" / "heldout")
+    reference = reference_samples(target, preset.data, preset.reference)
+    verifier = load_model(target, max(len(s.ids) for s in train_samples + heldout_samples + reference) + 1)
+    head, tables = new_head(target, verifier, train_samples, preset.draft_vocab, args.seed)
+    state_dir = out / ".state" / f"eagle3-{preset.name}"
+    done = saved_step(state_dir, not args.no_resume) >= preset.steps
+    seqs = [] if done else training_sequences(verifier, train_samples, reference)
+    held = extract(verifier, heldout_samples)
+    del verifier
+    meta = train(head, seqs, preset, tables, state_dir, args)
+    curve = evaluate(head, held, preset.unroll, *tables, preset.train.batch_size)
+    summary = {"preset": preset.name, "target": str(target), "steps": meta["step"], "draft_vocab": len(tables[0]),
+               "unroll": preset.unroll, "feature_layers": list(head.eagle.feature_layers),
+               "train_conversations": len(train_samples), "reference_conversations": len(reference),
+               "train_rows": sum(len(s.ids) - 1 for s in train_samples + reference),
+               "train_minutes": meta["train_seconds"] / 60, "wall_minutes": (time.time() - t0) / 60,
+               "heldout_agreement_per_step": curve, "heldout_chain_accepted_length": float(np.sum(np.cumprod(curve))),
+               "command": args.invocation}
+    if meta["step"] >= preset.steps:
+        dest = save_eagle3(head.to(torch.bfloat16), head_base_config(target), out / f"eagle3-{preset.name}",
+                           {"eagle3_summary.json": json.dumps(summary, indent=1)})
+        summary["head"] = str(dest)
+    return summary
