@@ -1,32 +1,31 @@
-"""`yggc compile`: the passes in order, each reported on one progress bar.
+"""`yggc compile`: the compile as a list of passes (PASSES), each saying what it reads and writes, run in order
+over one CompileState; the progress bar counts passes, so its total is the length of the list a job runs.
 
-load -> check pair -> lower forward buckets -> [with --calib: profile them -> calibrate -> choose the
-tree shape by the objective -> train the depth predictor (O2) -> lower the shape's buckets] -> lower
-the draft/verify phases (O1) -> profile -> price the stage plans (passes/plan.py) -> write bundle
-(atomic).
+load the pair -> copy the checkpoints -> lower forward buckets -> [with --calib: profile them, calibrate, choose the
+tree shape by the objective -> train the depth predictor -> lower the plan's buckets] -> lower the draft/verify
+phases (O1) -> profile -> [decode check] -> price the stage plans (passes/plan.py) -> write the bundle (atomic).
 At O2 each model is lowered once, at every width (passes/lower.py), and the phases run eagerly.
 """
 from __future__ import annotations
 
-import itertools
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
 from ..bundle.machine import device_kind
 from ..errors import YggcError
 from ..plan.objective import StageCosts
-from ..plan.shape import HEAD_WIDTH, TreeShape
+from ..plan.shape import TreeShape
 from ..runtime import models
-from ..runtime.autoregressive import PREFILL_CHUNK, AutoregressiveDecoder
-from ..runtime.buckets import CompiledModel, bucket_name, load_bucket
+from ..runtime.autoregressive import AutoregressiveDecoder
+from ..runtime.buckets import CompiledModel
 from ..runtime.drafters import (
     check_drafter,
-    draft_phase,
     drafter_kind,
     drafter_record,
     features_package,
@@ -35,172 +34,33 @@ from ..runtime.drafters import (
     load_drafter,
     package_inputs,
     speculative_decoder,
-    verify_phase,
 )
 from ..runtime.speculative import SpeculativeDecoder
-from ..runtime.tensor_parallel import rank_world, verifier_loader
-from .calibrate import CalibrationSpec, calibrate
+from ..runtime.tensor_parallel import verifier_loader
+from .calibrate import calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .decode_check import check_prompts, decode_check
+from .job import CompileJob
 from .kept_weights import keep_head_embedding, keep_head_fusion, stores_weights
 from .load_probe import probe_load
-from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
-from .lower_tensorrt import lower_bucket_tensorrt
+from .lower_buckets import (
+    HEAD_PROBE_WIDTHS,
+    bucket_widths,
+    compiled_decoder,
+    forward_packages,
+    lower_forward_buckets,
+    lower_phases,
+    lowered_widths,
+    package_width,
+)
 from .plan import plan_record
-from .profile import HeadSteps, host_stage_ms, phase_profile, profile_forward, profile_models, profiled_widths
-from .tensor_parallel_bundle import barrier, bundle_writer, every_rank, split_file
+from .profile import HeadSteps, host_stage_ms, phase_profile, profile_forward, profile_models
+from .tensor_parallel_bundle import bundle_writer, every_rank
 from .toolchain import building_with, configured_compiler, loadable_compiler
 from .train_predictor import train_policy
 from .write_bundle import BundleWriter
 
-# extra widths lowered and profiled before calibration, so the cost curves have points between 2 and 32
-PROBE_WIDTHS = {"verifier": (8, 16), "drafter": (4, 8)}
-HEAD_PROBE_WIDTHS = (1, 4, 8)  # an EAGLE-3 head's eager steps, timed for the objective
-MODEL_PACKAGE_WIDTH = 64  # O2: widths 1..64 (or the widest bucket the job can ask for) share one package
-
-
-@dataclass(frozen=True)
-class CompileJob:
-    verifier_dir: Path
-    drafter_dir: Path
-    out: Path
-    shape: TreeShape | None  # None: chosen by calibration
-    dtype: torch.dtype = torch.float32
-    max_seq: int = 1024
-    device: str = "cpu"
-    overwrite: bool = False
-    profile_repeats: int = 20
-    opt: str = "O1"  # see lower.INDUCTOR_CONFIGS
-    calib: CalibrationSpec | None = None
-    backend: str = "inductor"  # forward buckets: "inductor", or "tensorrt" (CUDA; phases stay Inductor)
-    tp: int = 1  # tensor-parallel ranks of the verifier (this process is one of them; O1, a fixed shape)
-
-    def __post_init__(self):
-        if (self.shape is None) == (self.calib is None):
-            raise ValueError("a compile job needs exactly one of a fixed tree shape and a calibration spec")
-
-
-def bucket_widths(shape: TreeShape | None, probe: bool = False, head: bool = False,
-                  opt: str = "O1") -> dict[str, list[int]]:
-    """Widths each model is called at: prefill chunks, decode/draft steps, the head step, verify
-    (and, before calibration, the probe widths that shape the cost curves). With an EAGLE-3 head only the
-    verifier's 1-token step is a bucket: at O1 the head runs inside the compiled draft phase (eagerly around
-    sampled drafting); at O2 its one package takes every width (a bucket at W = 1 records it); prefill and
-    sampled verification run the verifier eagerly for its features."""
-    if head:
-        return {"verifier": [1, *(PROBE_WIDTHS["verifier"] if probe else ())], "drafter": [1] if opt == "O2" else []}
-    widths = {"verifier": {1, PREFILL_CHUNK}, "drafter": {1, HEAD_WIDTH, PREFILL_CHUNK}}
-    if shape is not None:
-        widths["verifier"].add(shape.verify + 1)
-        widths["drafter"].add(shape.width)
-    if probe:
-        for name, extra in PROBE_WIDTHS.items():
-            widths[name].update(extra)
-    return {name: sorted(ws) for name, ws in widths.items()}
-
-
-def lowered_widths(buckets: list[dict]) -> dict[str, list[int]]:
-    return {name: sorted(b["width"] for b in buckets if b["model"] == name and b["kind"] == "forward")
-            for name in ("verifier", "drafter")}
-
-
-def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
-    name = f"draft_d{shape.depth}_w{shape.width}"
-    return {"name": name, "model": "drafter", "kind": "draft_phase", "depth": shape.depth, "width": shape.width,
-            "file": f"artifacts/{name}.pt2", "module": draft_phase(drafter, shape, vocab, drafter.n_slots - 1)}
-
-
-def verify_phase_bucket(shape: TreeShape, verifier, drafter) -> dict:
-    name = f"verify_d{shape.depth}_w{shape.width}_v{shape.verify}"
-    return {"name": name, "model": "verifier", "kind": "verify_phase", "depth": shape.depth, "width": shape.width,
-            "verify": shape.verify, "file": f"artifacts/{name}.pt2",
-            "module": verify_phase(verifier, drafter, shape)}
-
-
-def package_width(job: CompileJob) -> int:
-    """O2: the widest input a model package takes - every bucket the job can lower, calibration's trees too."""
-    widest = max(MODEL_PACKAGE_WIDTH, PREFILL_CHUNK, *PROBE_WIDTHS["verifier"])
-    if job.shape is not None:
-        widest = max(widest, job.shape.verify + 1)
-    if job.calib is not None:
-        widest = max(widest, 1 + job.calib.max_depth * max(job.calib.widths))
-    return widest
-
-
-def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
-                         step) -> list[dict]:
-    """O2: one package per model (lowered the first time the model is asked for) behind all its buckets."""
-    buckets = []
-    for name, model in loaded.items():
-        rel = f"artifacts/{name}.pt2"
-        if widths[name] and not w.path(rel).exists():
-            if is_head(model.graph):
-                lower_head_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
-            else:
-                lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
-                            features_package(name, job.opt, loaded["drafter"].graph),
-                            shared_table=package_inputs(name, loaded["drafter"].graph))
-            step(f"lowered {name} at every width 1..{package_width(job)}")
-        buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
-                    for width in widths[name]]
-    return buckets
-
-
-def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
-                          step) -> list[dict]:
-    if job.opt == "O2":
-        return lower_model_packages(w, loaded, widths, job, step)
-    buckets, rank = [], rank_world()[0]
-    for name, model in loaded.items():
-        split = job.tp > 1 and name == "verifier"  # each rank lowers its slice; rank 0 the replicated drafter
-        for width in widths[name]:
-            record = {"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width,
-                      "file": f"artifacts/{bucket_name(name, width)}.pt2"}
-            if split:
-                record.update(rank=rank, file=split_file(record["file"], rank))
-            if job.backend == "tensorrt":
-                lower_bucket_tensorrt(model.graph, width, job.max_seq, w.path(record["file"]))
-            elif split or rank == 0:
-                lower_bucket(model.graph, width, job.max_seq, w.path(record["file"]), job.device, job.opt)
-            buckets.append(record)
-            step(f"lowered {name} W={width}")
-    barrier()  # every rank's packages are written before any rank loads one
-    return buckets
-
-
-def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJob, step) -> list[dict]:
-    """The fused draft phase and greedy verify phase for the tree shape."""
-    rank = rank_world()[0]
-    draft = draft_phase_bucket(shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
-    module = draft.pop("module")
-    if rank == 0:  # the drafter is replicated: one package for every rank
-        lower_draft_phase(module, job.max_seq, w.path(draft["file"]), job.device, job.opt)
-    step(f"lowered the draft phase D={shape.depth} W={shape.width}")
-    verify = verify_phase_bucket(shape, loaded["verifier"].graph, loaded["drafter"].graph)
-    if job.tp > 1:  # the verifier's slice, collectives inside: one package per rank
-        verify.update(rank=rank, file=split_file(verify["file"], rank))
-    lower_verify_phase(verify.pop("module"), shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device,
-                       job.opt)
-    step(f"lowered the verify phase V={shape.verify}")
-    barrier()
-    return [draft, verify]
-
-
-def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, Path]:
-    return {b["width"]: root / b["file"] for b in buckets if b["model"] == model and b["kind"] == "forward"}
-
-
-def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel], buckets: list[dict],
-                     shape: TreeShape, job: CompileJob) -> SpeculativeDecoder:
-    """The decoder the runtime will build from these buckets (for profiling)."""
-    if job.opt == "O2":  # eager phases around the compiled models
-        return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
-    draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
-    v, d = loaded["verifier"].graph, loaded["drafter"].graph
-    draft_runner = load_bucket(root / draft["file"], draft_phase(d, shape, v.cfg.vocab_size, job.max_seq))
-    verify_runner = load_bucket(root / verify["file"], verify_phase(v, d, shape))
-    return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
-                               draft_phase=draft_runner, verify_phase=verify_runner)
+__all__ = ["CompileJob", "compile_bundle", "PASSES"]
 
 
 # The shape calibration times whole to price the host glue: small, so the verifier's fitted curve is close to its
@@ -312,84 +172,175 @@ def package_compiler(job: CompileJob, log) -> str:
     return configured_compiler()
 
 
+
+
+Note = Callable[[str], None]  # a pass's progress line (shown under the pass's number)
+
+
+@dataclass
+class CompileState:
+    """What the passes hand on to each other; each CompilePass names the fields it reads and writes."""
+    job: CompileJob
+    log: Callable[[str], None]
+    stack: ExitStack  # the open bundle writer and compiler choice, closed (or cleaned up) after the last pass
+    head: bool = False  # the drafter is an EAGLE-3 head
+    widths: dict[str, list[int]] = field(default_factory=dict)  # forward widths lowered before calibration
+    loaded: dict | None = None
+    writer: BundleWriter | None = None
+    cxx: str = ""
+    buckets: list[dict] = field(default_factory=list)
+    compiled: dict[str, CompiledModel] | None = None
+    shape: TreeShape | None = None
+    plan: dict = field(default_factory=lambda: {"source": "compile flags"})
+    cal: Calibrated | None = None
+    adaptive: dict | None = None
+    decoder: SpeculativeDecoder | None = None
+    profile: dict | None = None
+    started: float = field(default_factory=time.perf_counter)
+
+
+def load_pass(s: CompileState, note: Note) -> str:
+    s.head = drafter_kind(s.job.drafter_dir) == "eagle3"
+    s.widths = bucket_widths(s.job.shape, probe=s.job.calib is not None and s.job.calib.probe, head=s.head,
+                             opt=s.job.opt)
+    s.loaded = load_checked_pair(s.job)
+    return "loaded and checked the pair"
+
+
+def copy_pass(s: CompileState, note: Note) -> str:
+    """Open the bundle (written aside, renamed into place by the last pass) and copy what the runtime reads."""
+    s.cxx = package_compiler(s.job, s.log)
+    s.writer = s.stack.enter_context(bundle_writer(s.job.out, s.job.overwrite))
+    s.stack.enter_context(building_with(s.cxx))
+    kept = {name: stores_weights(name, s.job.opt, s.widths) for name in s.loaded}
+    for name, model in s.loaded.items():
+        s.writer.copy_model_dir(model.path, name, weights=kept[name])
+    if s.head and not kept["drafter"]:
+        keep_head_fusion(s.writer, s.loaded)
+    if s.head and not kept["verifier"]:
+        keep_head_embedding(s.writer, s.loaded, s.job.dtype, s.job.device, s.job.opt)
+    return "copied the checkpoints" + ("" if all(kept.values()) else " (weights only where no package carries them)")
+
+
+def lower_pass(s: CompileState, note: Note) -> None:
+    job = s.job
+    s.buckets = lower_forward_buckets(s.writer, s.loaded, s.widths, job, note)
+    if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and s.buckets:
+        probe_load(s.writer.root / s.buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile
+    width, drafter = package_width(job) if job.opt == "O2" else 0, s.loaded["drafter"].graph
+    s.compiled = {name: CompiledModel(m.graph, forward_packages(s.writer.root, s.buckets, name), job.opt, job.backend,
+                                      width, features_package(name, job.opt, drafter), package_inputs(name, drafter))
+                  for name, m in s.loaded.items()}
+
+
+def calibrate_pass(s: CompileState, note: Note) -> None:
+    s.cal = calibrated_shape(s.loaded, s.compiled, s.job, note)
+    s.shape, s.plan = s.cal.shape, s.cal.plan
+    s.writer.write_json("calibration.json", s.cal.record)
+
+
+def predictor_pass(s: CompileState, note: Note) -> None:
+    s.adaptive = depth_predictor(s.writer, s.cal, s.job, note)
+
+
+def plan_buckets_pass(s: CompileState, note: Note) -> str | None:
+    """The forward buckets the chosen shapes call that are not lowered yet (O1; an O2 package serves every width)."""
+    shapes = [s.shape]
+    if "sampling" in s.plan:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
+        shapes.append(TreeShape(s.plan["sampling"]["depth"], s.plan["sampling"]["width"], s.plan["sampling"]["verify"]))
+    wanted = {name: sorted({w for shape in shapes for w in bucket_widths(shape, head=s.head, opt=s.job.opt)[name]})
+              for name in s.compiled}
+    missing = {name: [x for x in ws if x not in s.compiled[name].runners] for name, ws in wanted.items()}
+    added = lower_forward_buckets(s.writer, s.loaded, missing, s.job, note)
+    for name, model in s.compiled.items():
+        model.add_buckets(forward_packages(s.writer.root, added, name))
+    s.buckets += added
+    return None if added else "every width the plan calls is compiled already"
+
+
+def phases_pass(s: CompileState, note: Note) -> None:
+    s.buckets += lower_phases(s.writer, s.loaded, s.shape, s.job, note)
+
+
+def profile_pass(s: CompileState, note: Note) -> str:
+    s.decoder = compiled_decoder(s.writer.root, s.loaded, s.compiled, s.buckets, s.shape, s.job)
+    timed = {**s.compiled, "drafter": HeadSteps(s.compiled["drafter"])} if s.head else s.compiled
+    s.profile = profile_models(timed, lowered_widths(s.buckets), s.loaded["verifier"].layout, s.shape,
+                               s.job.profile_repeats, note, s.decoder, s.cal.forward if s.cal else None)
+    s.writer.write_json("profile.json", s.profile)
+    return f"profiled D={s.shape.depth} W={s.shape.width} V={s.shape.verify}: stages and phases"
+
+
+def decode_check_pass(s: CompileState, note: Note) -> None:
+    s.plan = decode_checked(s.plan, s.profile, s.decoder, s.loaded, s.compiled, s.job, note)
+
+
+def stage_plan_pass(s: CompileState, note: Note) -> str:
+    schedule = s.plan["schedule"] = plan_record(s.shape, s.profile, s.cal.candidates if s.cal else None)
+    return f"priced the stage plans: {schedule['variant']} ({schedule['iteration_ms']:.2f} ms per iteration)"
+
+
+def write_pass(s: CompileState, note: Note) -> str:
+    job = s.job
+    if s.adaptive is not None:
+        s.plan["adaptive"] = s.adaptive
+    s.writer.write_json("plan.json", {"depth": s.shape.depth, "width": s.shape.width, "verify": s.shape.verify,
+                                      **s.plan})
+    s.writer.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
+                     "buckets": every_rank(s.buckets, job.tp),
+                     "extra": {"opt": job.opt, "backend": job.backend,
+                               "package_width": package_width(job) if job.opt == "O2" else 0, "tp": job.tp,
+                               "drafter": drafter_record(s.loaded["drafter"].graph), "cxx": s.cxx,
+                               "compile_s": round(time.perf_counter() - s.started, 1)}})
+    return "wrote the bundle"
+
+
+def calibrated(job: CompileJob) -> bool:
+    return job.calib is not None
+
+
+@dataclass(frozen=True)
+class CompilePass:
+    """One pass: its function, the state it needs and what it writes (beside those, the calibration's record
+    `cal` and the predictor's `adaptive` are read where a calibrated job wrote them), and which jobs run it."""
+    run: Callable[[CompileState, Note], str | None]  # returns its closing line, or None when its notes said it all
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    runs_for: Callable[[CompileJob], bool] = lambda job: True
+
+
+PASSES = (
+    CompilePass(load_pass, ("job",), ("head", "widths", "loaded")),
+    CompilePass(copy_pass, ("loaded", "widths"), ("writer", "cxx")),
+    CompilePass(lower_pass, ("loaded", "widths", "writer"), ("buckets", "compiled")),
+    CompilePass(calibrate_pass, ("loaded", "compiled"), ("cal", "shape", "plan"), calibrated),
+    CompilePass(predictor_pass, ("cal",), ("adaptive",), calibrated),
+    CompilePass(plan_buckets_pass, ("shape", "plan", "compiled"), ("buckets", "compiled"), calibrated),
+    CompilePass(phases_pass, ("loaded", "shape"), ("buckets",), lambda job: job.opt == "O1"),
+    CompilePass(profile_pass, ("compiled", "buckets", "shape"), ("decoder", "profile")),
+    CompilePass(decode_check_pass, ("plan", "profile", "decoder"), ("plan",), calibrated),
+    CompilePass(stage_plan_pass, ("shape", "profile"), ("plan",)),
+    CompilePass(write_pass, ("plan", "buckets"), ()),
+)
+
+
 def compile_bundle(job: CompileJob, log=print) -> Path:
-    t_start = time.perf_counter()
-    head = drafter_kind(job.drafter_dir) == "eagle3"
-    widths = bucket_widths(job.shape, probe=job.calib is not None and job.calib.probe, head=head, opt=job.opt)
-    n_buckets, o1 = sum(len(w) for w in widths.values()), job.opt == "O1"
-    n_steps = 2 + (n_buckets + 2 if o1 else len(widths))  # load, write; lower each bucket + two phases, or each model
-    # profile each bucket; with calibration: profile once, calibrate per width, choose, predictor, the shape's new
-    # verify bucket, the decode check
-    profiled = sum(len(profiled_widths(w, 0 if o1 else package_width(job))) for w in widths.values())
-    n_steps += 5 + len(job.calib.widths) + (o1 and not head) if job.calib else profiled
-    if job.calib and job.calib.temperature > 0:  # the sampled calibration per width, its choice, its decode check
-        n_steps += len(job.calib.widths) + 2
-    bar = tqdm(total=n_steps, desc="yggc compile", unit="pass", disable=None)
+    """Run the passes of PASSES that apply to `job` in order and return the bundle's path. On a terminal one
+    progress bar counts the passes; elsewhere each pass's lines are logged as `yggc compile: [n/N] ...`. Nothing
+    is left at job.out unless the last pass completes (the writer renames the finished bundle into place)."""
+    passes = [p for p in PASSES if p.runs_for(job)]
+    with ExitStack() as stack:
+        state = CompileState(job, log, stack, shape=job.shape)
+        bar = stack.enter_context(tqdm(total=len(passes), desc="yggc compile", unit="pass", disable=None))
+        for n, compile_pass in enumerate(passes, 1):
+            def note(msg: str, n: int = n) -> None:
+                bar.set_postfix_str(msg)
+                if bar.disable:  # not a terminal (a log file, CI): one line per note instead of a bar
+                    log(f"yggc compile: [{n}/{len(passes)}] {msg} ({time.perf_counter() - state.started:.0f} s)")
 
-    done = itertools.count(1)
-
-    def step(msg: str) -> None:
-        n = next(done)
-        if n > bar.total:  # a pass that reports more than planned (a speculation verdict): grow the bar
-            bar.total = n
-        bar.set_postfix_str(msg)
-        bar.update(1)
-        if bar.disable:  # not a terminal (a log file, CI): one line per step instead of a bar
-            log(f"yggc compile: [{n}/{bar.total}] {msg} ({time.perf_counter() - t_start:.0f} s)")
-
-    loaded = load_checked_pair(job)
-    step("loaded and checked the pair")
-    cxx = package_compiler(job, log)
-    with bundle_writer(job.out, job.overwrite) as w, building_with(cxx):
-        for name, model in loaded.items():
-            w.copy_model_dir(model.path, name, weights=stores_weights(name, job.opt, widths))
-        if head and not stores_weights("drafter", job.opt, widths):
-            keep_head_fusion(w, loaded)
-        if head and not stores_weights("verifier", job.opt, widths):
-            keep_head_embedding(w, loaded, job.dtype, job.device, job.opt)
-        buckets = lower_forward_buckets(w, loaded, widths, job, step)
-        if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and buckets:
-            probe_load(w.root / buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile
-        width = package_width(job) if job.opt == "O2" else 0
-        drafter = loaded["drafter"].graph
-        compiled = {name: CompiledModel(m.graph, forward_packages(w.root, buckets, name), job.opt, job.backend, width,
-                                        features_package(name, job.opt, drafter), package_inputs(name, drafter))
-                    for name, m in loaded.items()}
-        shape, plan, measured, candidates, adaptive = job.shape, {"source": "compile flags"}, None, None, None
-        if job.calib:
-            cal = calibrated_shape(loaded, compiled, job, step)
-            shape, plan, measured, candidates = cal.shape, cal.plan, cal.forward, cal.candidates
-            w.write_json("calibration.json", cal.record)
-            adaptive = depth_predictor(w, cal, job, step)
-            wanted = bucket_widths(shape, head=head, opt=job.opt)
-            if "sampling" in plan:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
-                sampled = TreeShape(plan["sampling"]["depth"], plan["sampling"]["width"], plan["sampling"]["verify"])
-                wanted = {name: sorted({*ws, *bucket_widths(sampled, head=head, opt=job.opt)[name]})
-                          for name, ws in wanted.items()}
-            missing = {name: [x for x in ws if x not in compiled[name].runners] for name, ws in wanted.items()}
-            added = lower_forward_buckets(w, loaded, missing, job, step)
-            for name, model in compiled.items():
-                model.add_buckets(forward_packages(w.root, added, name))
-            buckets += added
-        if job.opt == "O1":
-            buckets += lower_phases(w, loaded, shape, job, step)
-        decoder = compiled_decoder(w.root, loaded, compiled, buckets, shape, job)
-        timed = {**compiled, "drafter": HeadSteps(compiled["drafter"])} if head else compiled
-        profile = profile_models(timed, lowered_widths(buckets), loaded["verifier"].layout, shape,
-                                 job.profile_repeats, step, decoder, measured)
-        w.write_json("profile.json", profile)
-        if job.calib:
-            plan = decode_checked(plan, profile, decoder, loaded, compiled, job, step)
-        plan["schedule"] = plan_record(shape, profile, candidates)
-        if adaptive is not None:
-            plan["adaptive"] = adaptive
-        w.write_json("plan.json", {"depth": shape.depth, "width": shape.width, "verify": shape.verify, **plan})
-        w.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
-                  "buckets": every_rank(buckets, job.tp),
-                  "extra": {"opt": job.opt, "backend": job.backend, "package_width": width, "tp": job.tp,
-                            "drafter": drafter_record(loaded["drafter"].graph), "cxx": cxx,
-                            "compile_s": round(time.perf_counter() - t_start, 1)}})
-        step("wrote the bundle")
-    bar.close()
-    log(f"yggc: wrote {job.out} in {time.perf_counter() - t_start:.1f} s")
+            closing = compile_pass.run(state, note)
+            if closing is not None:
+                note(closing)
+            bar.update(1)
+    log(f"yggc: wrote {job.out} in {time.perf_counter() - state.started:.1f} s")
     return job.out

@@ -92,3 +92,33 @@ def test_no_development_diary_in_the_project():
             if re.search(rf"\b{DIARY_WORD}\b", line.replace(f'scope="{DIARY_WORD}"', ""), flags=re.I):
                 hits.append(f"{name}:{n}: {line.strip()[:80]}")
     assert hits == []
+
+
+def tables_with_context(page: str) -> list[tuple[str, str]]:
+    """(first line of the table's section, the text that documents it): its own section plus the page's Setup."""
+    sections = re.split(r"\n(?=#{2,4} )", page)
+    setup = next((s for s in sections if s.startswith("## Setup")), "")
+    out = []
+    for section in sections:
+        lines = section.splitlines()
+        if any(a.startswith("|") and re.fullmatch(r"\|[-| :]+\|", b) for a, b in zip(lines, lines[1:])):
+            out.append((lines[0], section + "\n" + setup))
+    return out
+
+
+@pytest.mark.parametrize("page", sorted(p.name for p in (ROOT / "docs" / "benchmarks").glob("*.md")
+                                        if p.name != "README.md"))
+def test_every_benchmark_table_names_machine_date_commit_and_command(page):
+    missing = []
+    for heading, text in tables_with_context((ROOT / "docs" / "benchmarks" / page).read_text()):
+        has = {"machine": re.search(r"\bmachine\b", text, flags=re.I), "date": re.search(r"\b20\d\d-\d\d-\d\d\b", text),
+               "commit": re.search(r"\b[0-9a-f]{7,40}\b", text), "command": "```bash" in text}
+        missing += [f"{heading}: no {what}" for what, found in has.items() if not found]
+    assert missing == []
+
+
+def test_a_table_without_its_command_is_found():
+    page = ("# T\n\n## Setup\n\nMachine: Zen 4 · Date: 2026-11-27 · Commit: 0f0237d\n\n"
+            "## A\n\n```bash\nyggc bench\n```\n\n| a |\n|---|\n| 1 |\n\n## B\n\n| b |\n|---|\n| 2 |\n")
+    documented = {h: "```bash" in text for h, text in tables_with_context(page)}
+    assert documented == {"## A": True, "## B": False}

@@ -142,7 +142,7 @@ def test_demo_compile_calibrates_unless_a_shape_is_given():
 def test_cli_silences_known_third_party_noise_only():
     import warnings
 
-    from yggc.cli.main import silence_third_party_noise
+    from yggc.cli.noise import silence_third_party_noise
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

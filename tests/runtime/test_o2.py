@@ -1,6 +1,8 @@
 """--opt O2: one frozen package per model serves every width, each row's logits are bit-identical whatever
 the width and the cache view, and tree decoding through it equals the bundle's own AR decoding exactly."""
 
+import re
+
 import pytest
 import torch
 from checkpoints import write_checkpoint
@@ -37,11 +39,22 @@ def o2_bundle(pair_dirs, tmp_path_factory):
     (root / "calib.txt").write_text(" ".join(str(i % 97) for i in range(3000)))
     calib = CalibrationSpec((root / "calib.txt",), n_prompts=4, prompt_tokens=16, new_tokens=40, max_depth=4,
                             widths=(2,))
+    logged = []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tied_head, "kernel_is_fastest", lambda: True)
         compile_bundle(CompileJob(*pair_dirs, root / "bundle", None, dtype=torch.bfloat16, max_seq=128,
-                                  profile_repeats=2, opt="O2", calib=calib), log=lambda m: None)
+                                  profile_repeats=2, opt="O2", calib=calib), log=logged.append)
+    (root / "compile.log").write_text("\n".join(logged))
     return root / "bundle"
+
+
+def test_the_compile_counts_each_pass_once_and_ends_at_its_total(o2_bundle):
+    lines = (o2_bundle.parent / "compile.log").read_text().splitlines()
+    counts = [(int(m[1]), int(m[2])) for line in lines if (m := re.match(r"yggc compile: \[(\d+)/(\d+)\] ", line))]
+    total = counts[-1][1]
+    assert {t for _, t in counts} == {total} and [n for n, _ in counts] == sorted(n for n, _ in counts)
+    assert sorted({n for n, _ in counts}) == list(range(1, total + 1))  # every pass says at least one line
+    assert lines[-2].startswith(f"yggc compile: [{total}/{total}] wrote the bundle")
 
 
 def rows_at_widths(model, tokens: torch.Tensor, n: int, widths, view: int) -> dict[int, torch.Tensor]:

@@ -4,23 +4,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
-import warnings
 
 from .. import __version__
 from ..errors import USER_ERRORS
 from .arg_types import token_ids, whole_number
 from .bench import add_bench_parser
+from .noise import silence_third_party_noise
 from .pull import add_pull_parser
 from .serve import add_serve_parser
 from .train import add_train_parser
 
-# Known third-party deprecation notices that say nothing to a yggc user: (category, message prefix).
-# torch.export prints the first one twice per exported bucket (torch 2.13).
-THIRD_PARTY_NOISE = (
-    (FutureWarning, "`isinstance(treespec, LeafSpec)` is deprecated"),
-)
 # subcommand -> (module of yggc.cli, function): imported only when that command runs
 COMMANDS = {"run": ("run", "run_command"), "compile": ("compile", "compile_command"),
             "import": ("import_gguf", "import_command"), "inspect": ("inspect", "inspect_command"),
@@ -168,12 +162,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_pull_parser(sub)
     add_train_parser(sub)
     return parser
-
-
-def silence_third_party_noise() -> None:
-    """Hide THIRD_PARTY_NOISE (raised in this process, by torch.export); every other warning still shows."""
-    for category, prefix in THIRD_PARTY_NOISE:
-        warnings.filterwarnings("ignore", message=re.escape(prefix), category=category)
 
 
 def leave_ranks(completed: bool) -> None:

@@ -9,7 +9,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def in_rank(command: Command, args: argparse.Namespace) -> int:
-    from .main import silence_third_party_noise  # a spawned rank starts with Python's default warning filters
+    from .noise import silence_third_party_noise  # a spawned rank starts with Python's default warning filters
 
     silence_third_party_noise()
     return command(args)

@@ -52,6 +52,9 @@ class StopPolicy:
 
 
 class AutoregressiveDecoder:
+    """Plain decoding with one model (the baseline every speculative path must equal): chunked prefill, then one
+    token per call."""
+
     def __init__(self, model, layout: CacheLayout):
         self.model, self.layout = model, layout
         self.device = model_device(model)

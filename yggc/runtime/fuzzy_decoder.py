@@ -22,6 +22,9 @@ from .tensor_parallel import rank_world
 
 
 class FuzzyDecoder(SpeculativeDecoder):
+    """SpeculativeDecoder whose drafter runs EasySpec-fuzzily across tensor-parallel ranks (sets of attention
+    layers at once); the accepted tokens' drafter K/V are recomputed exactly after each verification."""
+
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, fuzzy: FuzzyDrafter,
                  chain_rule: str = "block", tree_rule: str = "rrs"):
         self.fuzzy = fuzzy  # the make_draft_phase below reads it

@@ -36,6 +36,7 @@ from .tensor_parallel import check_world, rank_world, verifier_loader
 
 @dataclass
 class Generation:
+    """A finished request: the generated token ids, their text and the request's decoding statistics."""
     tokens: list[int]
     text: str
     stats: DecodeStats
@@ -53,6 +54,11 @@ def load_policy(path: Path, plan: dict) -> DepthPolicy | None:
 
 
 class Runtime:
+    """A loaded bundle, ready to decode: `Runtime.load(path)` validates it and loads its packages (never compiling);
+    `generate`, `stream` and `stream_tokens` decode one request at a time (another thread's request waits, or
+    raises RuntimeBusy with blocking=False) with the bundle's plan: its tree shape, the depth predictor if it
+    trained one, the sampling plan for T > 0, or the verifier alone where the compile found the tree slower."""
+
     def __init__(self, path: Path, manifest: Manifest, verifier: models.LoadedModel, drafter: models.LoadedModel,
                  compiled: dict[str, CompiledModel], shape: TreeShape, speculate: bool = True):
         self.path, self.manifest, self.shape = path, manifest, shape

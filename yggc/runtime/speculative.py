@@ -49,6 +49,12 @@ class Draft:
 
 
 class SpeculativeDecoder:
+    """Tree speculative decoding of one sequence: each iteration the drafter grows an Equal-Growth Tree of the
+    current shape, the tree is pruned to V nodes, the verifier scores them in one call under a tree mask, and
+    the accepted path (greedy: the verifier's argmax; T > 0: block verification for chains, RRS or traversal
+    for trees) is committed and its K/V compacted. Greedy output equals AutoregressiveDecoder's token for token.
+    The phases are the bundle's compiled ones where given (O1), else the same modules run eagerly."""
+
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
                  draft_phase=None, verify_phase=None, tree_rule: str = "rrs", policy=None):
         if chain_rule not in ("block", "token") or tree_rule not in (*SAMPLED_TREE_RULES, "point-mass"):
