@@ -251,11 +251,12 @@ def plan_buckets_pass(s: CompileState, note: Note) -> str | None:
     wanted = {name: sorted({w for shape in shapes for w in bucket_widths(shape, head=s.head, opt=s.job.opt)[name]})
               for name in s.compiled}
     missing = {name: [x for x in ws if x not in s.compiled[name].runners] for name, ws in wanted.items()}
-    added = lower_forward_buckets(s.writer, s.loaded, missing, s.job, note)
+    lowered = []  # what lowering said: nothing when the packages serve every width already
+    added = lower_forward_buckets(s.writer, s.loaded, missing, s.job, lambda msg: (lowered.append(msg), note(msg)))
     for name, model in s.compiled.items():
         model.add_buckets(forward_packages(s.writer.root, added, name))
     s.buckets += added
-    return None if added else "every width the plan calls is compiled already"
+    return None if lowered else "every width the plan calls is compiled already"
 
 
 def phases_pass(s: CompileState, note: Note) -> None:
