@@ -100,11 +100,12 @@ def pull(name: str, cache: Path = CACHE, dtype: str = "float32", log=print) -> P
     from .graphs.gguf_import import import_gguf
 
     model = pinned(name)
+    folder = Path(cache).expanduser() / f"{model.folder}-{dtype}"
+    if (folder / "model.safetensors").is_file():  # imported whole (a rename) from a checked file: no re-hash
+        return folder
     gguf_path = pull_gguf(model, cache, log)
-    folder = gguf_path.parent / f"{model.folder}-{dtype}"
-    if not (folder / "model.safetensors").is_file():
-        log(f"importing {gguf_path.name} into {folder} ({dtype})")
-        import_gguf(gguf_path, folder, dtype, overwrite=True)
+    log(f"importing {gguf_path.name} into {folder} ({dtype})")
+    import_gguf(gguf_path, folder, dtype, overwrite=True)
     return folder
 
 
