@@ -134,3 +134,21 @@ def test_resumed_training_equals_one_run_and_exports(target, corpus, tmp_path, c
     assert prompts and set(p["text"] for p in prompts) == set(drafter_prompts.build_prompts(True, corpus))
     assert (Path(one["drafter"]) / "calib.txt").read_text().strip()
     assert 0.0 <= one["heldout_top1_agreement"] <= one["heldout_top3_agreement"] <= 1.0
+
+
+def test_chat_prompts_alternate_with_the_stdlib_ones_and_are_scored_apart(target, corpus, tmp_path, capsys):
+    chat = tmp_path / "chat_prompts.json"
+    chat.write_text(json.dumps({"train": [f"Can you tell me a fact about the number {i}?" for i in range(20)],
+                                "heldout": ["What is a good name for a cat?", "How do plants make food?"]}))
+    summary = run(target, corpus, tmp_path / "a", "--steps", "1", "--chat-prompts", str(chat))
+    assert 0.0 <= summary["heldout_top1_agreement_chat"] <= 1.0 and summary["heldout_tokens_chat"] > 0
+    assert len(shards.read_samples(tmp_path / "a" / "data" / "heldout-chat")) == 2
+    tok, _ = shards.chat_tokenizer(target)
+    first = shards.read_samples(tmp_path / "a" / "data" / "train")[0]
+    assert tok.decode(first.ids[:first.answer_start]) == "Can you tell me a fact about the number 0?"
+    assert drafter_prompts.alternate(["a", "b", "c"], ["x"]) == ["a", "x", "b", "c"]
+    capsys.readouterr()
+    assert main(["train", "drafter", "--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
+                 "--out", str(tmp_path / "a"), "--threads", "1", "--steps", "1"]) == 2  # same folder, no chat prompts
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another prompt set" in err[0]

@@ -19,6 +19,17 @@ def whole_number(minimum: int):
     return parse
 
 
+def probability(text: str) -> float:
+    """A number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {value}")
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     return [t for t in text.replace(" ", "").split(",") if t]
 

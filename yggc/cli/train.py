@@ -12,17 +12,19 @@ from pathlib import Path
 
 from ..errors import YggcError
 from ..train.presets import CACHE, DRAFTER_PRESETS, EAGLE3_PRESETS, PAIR_PRESETS
-from .arg_types import whole_number
+from .arg_types import probability, whole_number
 
 POSITIVE = whole_number(1)
 Jobs = argparse._SubParsersAction  # what add_subparsers returns
 # job -> the summary key naming the folder the job wrote (printed on stdout); evaluate prints its table instead
-WRITES = {"pair": "out", "drafter": "drafter", "eagle3": "head"}
+WRITES = {"pair": "out", "drafter": "drafter", "eagle3": "head", "prompts": "prompts"}
+MODULES = {"prompts": "magpie"}  # job -> its module in yggc.train where the names differ
 
 DESCRIPTION = """Train the models yggc drafts with, on the CPU. Every job is resumable: run the same command again
 to continue a stopped run. Progress goes to stderr; the trained folder's path is printed on stdout."""
 
 EXAMPLES = """examples:
+  yggc train prompts --target $(yggc pull smollm2) --count 20000 # -> ~/.cache/yggc/pairs/magpie/chat_prompts.json
   yggc train drafter --target $(yggc pull smollm2)               # -> ~/.cache/yggc/pairs/smollm2/drafter
   yggc train eagle3 --target $(yggc pull smollm2) --steps 1000   # -> ~/.cache/yggc/pairs/smollm2/eagle3-smollm2
   yggc train pair --preset demo --threads 1                      # -> ~/.cache/yggc/pairs/demo/{verifier,drafter}
@@ -43,6 +45,13 @@ and on reference answers it reads, by the training-time test: --unroll draft ste
 own output features. Writes OUT/eagle3-<preset> in the public layout with eagle3_summary.json (held-out
 agreement per draft step). A run that has reached its steps only evaluates and exports."""
 EAGLE3_EXAMPLES = "example: yggc train eagle3 --target $(yggc pull smollm2) --steps 1000   # the shipped head"
+
+PROMPTS_ABOUT = """\
+Sample chat prompts the target writes itself (Magpie): given only its chat template's opening of a user
+turn, an instruct model writes a user request. Shards under OUT/magpie (resumable, deterministic under
+--seed), then OUT/chat_prompts.json: the finished, English, deduplicated turns, split into train and a
+held-out set by a hash of the text. Feed it to `yggc train drafter|eagle3 --chat-prompts`."""
+PROMPTS_EXAMPLES = "example: yggc train prompts --target $(yggc pull smollm2) --count 20000 --threads 2"
 
 PAIR_ABOUT = """\
 Train a verifier + drafter Llama pair (one shared byte-level BPE tokenizer) on the Python stdlib's
@@ -92,6 +101,12 @@ def add_target_arg(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"{what}: a checkpoint folder with config.json and tokenizer.json, e.g. $(yggc pull smollm2)")
 
 
+def add_chat_prompts_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chat-prompts", type=Path, metavar="FILE",
+                   help="chat_prompts.json of `yggc train prompts`: its training prompts alternate with the stdlib "
+                        "ones, its held-out ones are scored apart (default folder: <preset>-chat)")
+
+
 def add_drafter_parser(jobs: Jobs) -> None:
     p = add_job(jobs, "drafter", "distil a standalone drafter from a target's own answers", DRAFTER_ABOUT,
                 DRAFTER_EXAMPLES)
@@ -100,6 +115,7 @@ def add_drafter_parser(jobs: Jobs) -> None:
                     f"output folder (default {CACHE}/<preset>)")
     p.add_argument("--corpus-dir", type=Path, metavar="DIR",
                    help="make prompts from *.py files here instead of the stdlib")
+    add_chat_prompts_arg(p)
     p.add_argument("--prompts", type=POSITIVE, metavar="N", help="training prompts to answer (default: the preset's)")
     p.add_argument("--steps", type=POSITIVE, metavar="N", help="optimizer steps (default: the preset's)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
@@ -114,6 +130,9 @@ def add_eagle3_parser(jobs: Jobs) -> None:
     add_preset_args(p, EAGLE3_PRESETS, "smollm2", "head and budgets",
                     f"work folder, its data shared with `yggc train drafter` (default {CACHE}/<data preset>)")
     p.add_argument("--steps", type=POSITIVE, metavar="N", help="training steps (default: the preset's)")
+    add_chat_prompts_arg(p)
+    p.add_argument("--prompts", type=POSITIVE, metavar="N",
+                   help="training prompts the verifier answers (default: the data preset's); more adds shards")
     p.add_argument("--draft-vocab", type=POSITIVE, metavar="N", help="draft vocabulary size (default: the preset's)")
     p.add_argument("--reference", type=whole_number(0), metavar="N",
                    help="training prompts also read with reference answers (default: the preset's; 0: none)")
@@ -121,6 +140,25 @@ def add_eagle3_parser(jobs: Jobs) -> None:
                    help="training-time-test steps (default: the preset's; >= 3)")
     add_budget_args(p, 2, 25, "stop training after this many minutes (rerun to resume)",
                     "start training over (the generated data is kept)")
+
+
+def add_prompts_parser(jobs: Jobs) -> None:
+    p = add_job(jobs, "prompts", "sample chat prompts the target writes itself (Magpie)", PROMPTS_ABOUT,
+                PROMPTS_EXAMPLES)
+    add_target_arg(p, "the instruct model that writes the prompts (it needs a chat template)")
+    p.add_argument("--out", type=Path, metavar="DIR", help=f"output folder (default {CACHE}/magpie)")
+    p.add_argument("--count", type=POSITIVE, default=20000, metavar="N", help="user turns to sample (default 20000)")
+    p.add_argument("--batch", type=POSITIVE, default=64, metavar="N", help="turns sampled together (default 64)")
+    p.add_argument("--max-new", type=POSITIVE, default=64, metavar="N",
+                   help="tokens a turn may take; longer turns are dropped (default 64)")
+    p.add_argument("--top-p", type=probability, default=1.0, metavar="P", help="nucleus sampling bound (default 1: none)")
+    p.add_argument("--dtype", default="float32", choices=["bfloat16", "float32"],
+                   help="the target's weights while sampling (default float32: faster without AVX512-BF16/AMX)")
+    p.add_argument("--threads", type=POSITIVE, default=os.cpu_count(), metavar="N",
+                   help=f"torch threads (default {os.cpu_count()})")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="sampling seed (default 0)")
+    p.add_argument("--stop-after", type=POSITIVE, metavar="N", help="stop after N shards in this run (rerun to resume)")
+    p.add_argument("--json", metavar="FILE", help="also write the run's summary as JSON to FILE (-: stdout)")
 
 
 def add_pair_parser(jobs: Jobs) -> None:
@@ -178,6 +216,7 @@ def add_train_parser(sub: Jobs) -> None:
     jobs = p.add_subparsers(dest="job", required=True, metavar="JOB")
     add_drafter_parser(jobs)
     add_eagle3_parser(jobs)
+    add_prompts_parser(jobs)
     add_pair_parser(jobs)
     add_evaluate_parser(jobs)
 
@@ -186,7 +225,7 @@ def train_command(args: argparse.Namespace) -> int:
     if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
         raise YggcError(f"--json {args.json}: no folder {Path(args.json).parent} to write it in")
     args.invocation = shlex.join(["yggc", *sys.argv[1:]])  # recorded in the EAGLE-3 head's summary
-    summary = importlib.import_module(f"..train.{args.job}", __package__).run(args)
+    summary = importlib.import_module(f"..train.{MODULES.get(args.job, args.job)}", __package__).run(args)
     if args.json:
         text = json.dumps(summary, indent=1)
         if args.json == "-":

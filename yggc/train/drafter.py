@@ -50,7 +50,15 @@ from .presets import (
     preset_named,
     require_transformers,
 )
-from .shards import Sample, answer_prompts, chat_tokenizer, read_samples
+from .prompts import prompt_splits
+from .shards import (
+    Sample,
+    answer_prompts,
+    chat_tokenizer,
+    check_data_source,
+    data_folder_name,
+    read_samples,
+)
 from .student import build_student, collate, distill_loss
 
 if TYPE_CHECKING:
@@ -124,14 +132,15 @@ def run(args: argparse.Namespace) -> dict:
     target = checkpoint_folder(args.target, "--target")
     if args.corpus_dir is not None and not args.corpus_dir.is_dir():
         raise YggcError(f"--corpus-dir {args.corpus_dir} is not a folder")
-    out = (args.out or CACHE / preset.name).expanduser().resolve()
+    out = (args.out or CACHE / data_folder_name(preset.name, args.chat_prompts)).expanduser().resolve()
     import torch
 
     torch.set_num_threads(args.threads)
     t0 = time.time()
+    splits = prompt_splits(args.corpus_dir, args.chat_prompts)
+    check_data_source(out / "data", args.chat_prompts)
     teacher = load_hf_model(target, "float32")
-    heldout_texts = answer_prompts(teacher, target, out / "data", (preset.n_prompts, preset.n_eval_prompts),
-                                   preset.gen, args.corpus_dir)
+    answer_prompts(teacher, target, out / "data", (preset.n_prompts, preset.n_eval_prompts), preset.gen, splits)
     embedding = teacher.get_input_embeddings().weight.detach()
     target_cfg = json.loads((target / "config.json").read_text())
     del teacher
@@ -143,9 +152,12 @@ def run(args: argparse.Namespace) -> dict:
                "train_samples": len(samples), "train_answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
                "train_minutes": meta["train_seconds"] / 60, "wall_minutes": (time.time() - t0) / 60,
                **evaluate(model, read_samples(out / "data" / "heldout"), preset.train.batch_size)}
+    if "heldout-chat" in splits:
+        chat = evaluate(model, read_samples(out / "data" / "heldout-chat"), preset.train.batch_size)
+        summary.update({f"{k}_chat": v for k, v in chat.items()})
     if meta["step"] >= preset.steps:
         dest = export(model, out, target, args.dtype)
-        write_bench_files(dest, target, heldout_texts, out / "data" / "train", preset.n_calib)
+        write_bench_files(dest, target, splits["heldout"], out / "data" / "train", preset.n_calib)
         summary["drafter"] = str(dest)
         (dest / "drafter_summary.json").write_text(json.dumps(summary, indent=1))
     return summary

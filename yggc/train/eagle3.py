@@ -44,8 +44,16 @@ from .presets import (
     preset_named,
     require_transformers,
 )
-from .prompts import build_pairs
-from .shards import Sample, answer_prompts, chat_tokenizer, encode_prompts, read_samples
+from .prompts import build_pairs, prompt_splits
+from .shards import (
+    Sample,
+    answer_prompts,
+    chat_tokenizer,
+    check_data_source,
+    data_folder_name,
+    encode_prompts,
+    read_samples,
+)
 from .ttt import ttt_logits, ttt_loss
 
 Tables = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # draft ids [Vd], target -> draft id [V], lm_head rows [Vd, H]
@@ -168,12 +176,15 @@ def train(head: Eagle3Graph, seqs: list[ConversationFeatures], preset: Eagle3Pre
     return meta
 
 
-def ensure_data(target: Path, out: Path, data_preset: str) -> None:
-    """Stage 1: the verifier's answers (the drafter job's shards), generated when absent."""
-    if any((out / "data" / "train").glob("shard-*.safetensors")) and any((out / "data" / "heldout").glob("shard-*")):
-        return
+def ensure_data(target: Path, out: Path, data_preset: str, chat_prompts: Path | None,
+                n_prompts: int | None) -> list[str]:
+    """Stage 1: the verifier's answers (the drafter job's shards), the missing ones generated; the data's splits."""
+    splits = prompt_splits(None, chat_prompts)
+    check_data_source(out / "data", chat_prompts)
     dp = DRAFTER_PRESETS[data_preset]
-    answer_prompts(load_hf_model(target, "float32"), target, out / "data", (dp.n_prompts, dp.n_eval_prompts), dp.gen)
+    answer_prompts(load_hf_model(target, "float32"), target, out / "data", (n_prompts or dp.n_prompts, dp.n_eval_prompts),
+                   dp.gen, splits)
+    return list(splits)
 
 
 def new_head(target: Path, verifier: LlamaGraph, samples: list[Sample], size: int,
@@ -203,27 +214,32 @@ def run(args: argparse.Namespace) -> dict:
                      unroll=args.unroll or preset.unroll,
                      reference=preset.reference if args.reference is None else args.reference)
     target = checkpoint_folder(args.target, "--target")
-    out = (args.out or CACHE / preset.data).expanduser().resolve()
+    out = (args.out or CACHE / data_folder_name(preset.data, args.chat_prompts)).expanduser().resolve()
     torch.set_num_threads(args.threads)
     t0 = time.time()
-    ensure_data(target, out, preset.data)
-    train_samples, heldout_samples = read_samples(out / "data" / "train"), read_samples(out / "data" / "heldout")
+    splits = ensure_data(target, out, preset.data, args.chat_prompts, args.prompts)
+    train_samples = read_samples(out / "data" / "train")
+    heldout = {split: read_samples(out / "data" / split) for split in splits if split != "train"}
+    heldout_samples = [s for samples in heldout.values() for s in samples]
     reference = reference_samples(target, preset.data, preset.reference)
     verifier = load_model(target, max(len(s.ids) for s in train_samples + heldout_samples + reference) + 1)
     head, tables = new_head(target, verifier, train_samples, preset.draft_vocab, args.seed)
     state_dir = out / ".state" / f"eagle3-{preset.name}"
     done = saved_step(state_dir, not args.no_resume) >= preset.steps
     seqs = [] if done else training_sequences(verifier, train_samples, reference)
-    held = extract(verifier, heldout_samples)
+    held = {split: extract(verifier, samples) for split, samples in heldout.items()}
     del verifier
     meta = train(head, seqs, preset, tables, state_dir, args)
-    curve = evaluate(head, held, preset.unroll, *tables, preset.train.batch_size)
+    curves = {split: evaluate(head, seqs, preset.unroll, *tables, preset.train.batch_size)
+              for split, seqs in held.items()}
+    curve = curves["heldout"]
     summary = {"preset": preset.name, "target": str(target), "steps": meta["step"], "draft_vocab": len(tables[0]),
                "unroll": preset.unroll, "feature_layers": list(head.eagle.feature_layers),
                "train_conversations": len(train_samples), "reference_conversations": len(reference),
                "train_rows": sum(len(s.ids) - 1 for s in train_samples + reference),
                "train_minutes": meta["train_seconds"] / 60, "wall_minutes": (time.time() - t0) / 60,
                "heldout_agreement_per_step": curve, "heldout_chain_accepted_length": float(np.sum(np.cumprod(curve))),
+               **{f"{split}_agreement_per_step": c for split, c in curves.items() if split != "heldout"},
                "command": args.invocation}
     if meta["step"] >= preset.steps:
         dest = save_eagle3(head.to(torch.bfloat16), head_base_config(target), out / f"eagle3-{preset.name}",

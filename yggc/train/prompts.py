@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import YggcError
 from .corpus import corpus_files, is_heldout, read_text, rel_posix, stdlib_root
 
 MAX_CODE_CHARS = 700
@@ -134,3 +136,31 @@ def build_prompts(heldout: bool, root: Path | None = None) -> list[str]:
 def build_pairs(heldout: bool, root: Path | None = None) -> list[tuple[str, str]]:
     """build_prompts' instructions, in the same order, each with its reference answer."""
     return [(instruction(item), phrase(item, ANSWERS)) for item in sorted_items(heldout, root)]
+
+
+def read_chat_prompts(path: Path, split: str) -> list[str]:
+    """The `split` ("train" or "heldout") prompts of a chat_prompts.json; one clear error otherwise."""
+    try:
+        prompts = json.loads(Path(path).read_text(encoding="utf-8"))[split]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise YggcError(f"--chat-prompts {path}: not a chat_prompts.json of `yggc train prompts` ({e})") from None
+    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+        raise YggcError(f"--chat-prompts {path}: '{split}' is not a list of texts")
+    return prompts
+
+
+def alternate(a: list[str], b: list[str]) -> list[str]:
+    """a[0], b[0], a[1], b[1], ... then the rest of the longer list."""
+    n = min(len(a), len(b))
+    return [t for pair in zip(a[:n], b[:n]) for t in pair] + a[n:] + b[n:]
+
+
+def prompt_splits(corpus: Path | None, chat_prompts: Path | None) -> dict[str, list[str]]:
+    """Data split -> its prompt texts: the stdlib prompts (prompts.py), and with a chat_prompts.json of
+    `yggc train prompts` its training prompts alternate with the stdlib ones and its held-out ones are
+    the split "heldout-chat"."""
+    splits = {"train": build_prompts(False, corpus), "heldout": build_prompts(True, corpus)}
+    if chat_prompts is not None:
+        splits["train"] = alternate(read_chat_prompts(chat_prompts, "train"), splits["train"])
+        splits["heldout-chat"] = read_chat_prompts(chat_prompts, "heldout")
+    return splits

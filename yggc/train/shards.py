@@ -14,6 +14,8 @@ Shards
 """
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,6 @@ import numpy as np
 
 from .loop import progress
 from .presets import GenSpec
-from .prompts import build_prompts
 
 if TYPE_CHECKING:
     import torch
@@ -108,9 +109,12 @@ def write_shards(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpe
     if not todo:
         return
     bar = progress(f"generate {label}", n_shards, n_shards - len(todo), unit="shard")
+    t0, tokens = time.perf_counter(), 0
     for s in todo:
         batch = prompts[s * spec.batch:(s + 1) * spec.batch]
         tensors = generate_shard(model, batch, spec, s, eos)
+        tokens += len(tensors["response_ids"])
+        bar.set_postfix_str(f"{tokens / (time.perf_counter() - t0):.0f} answer tok/s")
         tmp = shard_path(data_dir, s).with_suffix(".tmp")
         save_file(tensors, str(tmp), metadata={"sampled": str(s % SAMPLED_EVERY == SAMPLED_EVERY - 1)})
         tmp.rename(shard_path(data_dir, s))
@@ -160,16 +164,39 @@ def stop_tokens(target: LlamaForCausalLM, tok: Tokenizer, chat: ChatTemplate | N
     return eos
 
 
+def data_folder_name(preset: str, chat_prompts: Path | None) -> str:
+    """The default work folder of a data preset: its name, "-chat" when chat prompts are mixed in."""
+    return f"{preset}-chat" if chat_prompts else preset
+
+
+def check_data_source(data_dir: Path, chat_prompts: Path | None) -> None:
+    """data_dir's shards answer one prompt set: the chat_prompts.json they mix in (its sha256; none for
+    the stdlib prompts alone) is recorded on first use, and another one is refused in one clear line."""
+    from ..errors import YggcError
+    from .loop import file_sha256
+
+    want = {"chat_prompts_sha256": file_sha256(chat_prompts) if chat_prompts else None}
+    record = data_dir / "source.json"
+    if record.is_file():
+        have = json.loads(record.read_text())
+    elif any(data_dir.glob("*/shard-*.safetensors")):
+        have = {"chat_prompts_sha256": None}  # shards written before the record: stdlib prompts only
+    else:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(want))
+        return
+    if have != want:
+        raise YggcError(f"{data_dir} holds answers to another prompt set "
+                        f"({'no' if have['chat_prompts_sha256'] is None else 'other'} --chat-prompts); "
+                        "pass another --out, or the same --chat-prompts file")
+
+
 def answer_prompts(target: LlamaForCausalLM, folder: Path, data_dir: Path, counts: tuple[int, int], gen: GenSpec,
-                   corpus: Path | None = None) -> list[str]:
-    """The target (loaded from `folder`) answers the first counts[0] training and counts[1] held-out prompts
-    that fit gen.max_prompt: the missing shards of data_dir/train and data_dir/heldout. Returns the held-out
-    prompt texts (all of them)."""
+                   splits: dict[str, list[str]]) -> None:
+    """The target (loaded from `folder`) answers the first counts[0] training prompts and counts[1] of every
+    held-out split that fit gen.max_prompt: the missing shards of data_dir/<split>."""
     tok, chat = chat_tokenizer(folder)
     eos = stop_tokens(target, tok, chat)
-    texts = {False: build_prompts(False, corpus), True: build_prompts(True, corpus)}
-    for heldout, split, label, count in ((False, "train", "train", counts[0]),
-                                         (True, "heldout", "held-out", counts[1])):
-        ids = encode_prompts(tok, chat, texts[heldout], gen.max_prompt)[:count]
-        write_shards(target, ids, gen, data_dir / split, eos, label)
-    return texts[True]
+    for split, texts in splits.items():
+        ids = encode_prompts(tok, chat, texts, gen.max_prompt)[:counts[split != "train"]]
+        write_shards(target, ids, gen, data_dir / split, eos, split)
