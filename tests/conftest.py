@@ -58,29 +58,19 @@ def checkpoint(ckpt_root):
     return get
 
 
-DEMO_CHAT = ("{% for m in messages %}# {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-             "{% if add_generation_prompt %}# assistant:{% endif %}")
-
-
 @pytest.fixture(scope="session")
-def demo_runtime(tmp_path_factory):
-    """An eager (uncompiled) yggc.Runtime over the shipped demo pair, tree (3, 2, 5), 512-token context; the
-    verifier copy gets a chat template (the demo pair has none). Compiling the demo bundle takes minutes."""
-    import json
-    import shutil
-
+def demo_runtime():
+    """An eager (uncompiled) yggc.Runtime over the shipped demo pair (its verifier has a chat template), tree
+    (3, 2, 5), 512-token context. Compiling the demo bundle takes minutes."""
     from yggc.plan.shape import TreeShape
     from yggc.runtime import drafters, models
     from yggc.runtime.buckets import CompiledModel
     from yggc.runtime.runtime import Runtime
 
     verifier_dir, drafter_dir = models.demo_pair_dirs()
-    copy = tmp_path_factory.mktemp("demo") / "verifier"
-    shutil.copytree(verifier_dir, copy)
-    (copy / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "chat_template": DEMO_CHAT}))
-    verifier, drafter = drafters.load_pair(copy, drafter_dir, torch.float32, 512)
+    verifier, drafter = drafters.load_pair(verifier_dir, drafter_dir, torch.float32, 512)
     compiled = {"verifier": CompiledModel(verifier.graph, {}), "drafter": CompiledModel(drafter.graph, {})}
-    return Runtime(copy, None, verifier, drafter, compiled, TreeShape(3, 2, 5))
+    return Runtime(verifier_dir, None, verifier, drafter, compiled, TreeShape(3, 2, 5))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Helpers for the serve tests: a live server in a background thread, Prometheus samples."""
+"""Helpers for the serve tests: a live server in a background thread, OpenAI's error JSON, Prometheus samples."""
 import socket
 import threading
 import time
@@ -50,3 +50,11 @@ def metric(text: str, name: str) -> float:
         if line.startswith(name + " "):
             return float(line.split()[-1])
     raise KeyError(name)
+
+
+def assert_openai_error(r, status: int, code: str | None = None, param: str | None = None) -> None:
+    """r (an httpx.Response) is OpenAI's error JSON with this status, code and param."""
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str) and err["message"]
+    assert err["code"] == code and err["param"] == param

@@ -6,10 +6,11 @@ import time
 import httpx
 import openai
 import pytest
-from live_server import MODEL, start
+from live_server import MODEL, assert_openai_error, start
 
 OK = {"model": MODEL, "prompt": "def f(x):", "max_tokens": 4}
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+JSON = {"content-type": "application/json"}
 
 CASES = [  # (path, body: dict or raw text, status, error code, param)
     ("completions", "{not json", 400, "invalid_json", None),
@@ -42,17 +43,10 @@ CASES = [  # (path, body: dict or raw text, status, error code, param)
 ]
 
 
-def assert_openai_error(r: httpx.Response, status: int, code: str | None = None, param: str | None = None):
-    assert r.status_code == status, r.text
-    err = r.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str) and err["message"]
-    assert err["code"] == code and err["param"] == param
-
-
 @pytest.mark.parametrize("path, body, status, code, param", CASES, ids=[f"{c[0]}-{c[3]}-{c[4]}" for c in CASES])
 def test_bad_request_gets_openai_error_json(live, path, body, status, code, param):
     content = body if isinstance(body, str) else json.dumps(body)
-    r = httpx.post(f"{live.url}/v1/{path}", content=content, headers={"content-type": "application/json"})
+    r = httpx.post(f"{live.url}/v1/{path}", content=content, headers=JSON)
     assert_openai_error(r, status, code, param)
 
 
@@ -60,7 +54,7 @@ def test_unknown_route_method_and_huge_body(live):
     assert_openai_error(httpx.get(f"{live.url}/v1/nothing"), 404, "not_found")
     assert_openai_error(httpx.get(f"{live.url}/v1/completions"), 405, "method_not_allowed")
     huge = json.dumps({**OK, "prompt": "x" * (2 << 20)})
-    assert_openai_error(httpx.post(f"{live.url}/v1/completions", content=huge), 413, "request_too_large")
+    assert_openai_error(httpx.post(f"{live.url}/v1/completions", content=huge, headers=JSON), 413, "request_too_large")
     assert httpx.post(f"{live.url}/v1/completions", json=OK).status_code == 200  # still serving
 
 

@@ -28,7 +28,8 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_number, default=8080, help="port to listen on (default 8080; 0 = any free one)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get("YGGC_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $YGGC_API_KEY, else no key)")
+                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $YGGC_API_KEY, else no key; an "
+                        "empty key is no key). Without a key, requests must name this server in their Host header")
     p.add_argument("--queue", type=whole_number(1), default=8,
                    help="requests that may wait while one decodes; more get 429 (default 8)")
     p.add_argument("-a", "--alias", metavar="NAME",

@@ -14,6 +14,14 @@ CONFIG_FILE = "tokenizer_config.json"
 ROLES = ("system", "user", "assistant")
 
 
+class ChatRenderError(YggcError):
+    """The template failed on these messages; `reason` is Jinja's words, without the CLI's advice."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"the model's chat template failed to render ({reason}); pass a plain prompt with -p")
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class ChatTemplate:
     source: str          # the Jinja template text
@@ -29,7 +37,7 @@ class ChatTemplate:
             return compiled(self.source).render(messages=messages, add_generation_prompt=add_generation_prompt,
                                                 bos_token=self.bos_token, eos_token=self.eos_token)
         except TemplateError as e:
-            raise YggcError(f"the model's chat template failed to render ({e}); pass a plain prompt with -p") from None
+            raise ChatRenderError(str(e)) from None
 
 
 @lru_cache(maxsize=8)

@@ -1,6 +1,7 @@
 """A queued request as the decoding thread sees it, and the events it sends back to the HTTP side.
 
-The worker thread emits Delta* then exactly one Finished or Failed; the events cross to the
+The worker thread emits Started when the job leaves the queue, then Delta* and exactly one Finished or
+Failed (a job failed while it waits gets Failed alone); the events cross to the
 event loop through loop.call_soon_threadsafe, so the HTTP side only ever awaits an asyncio.Queue.
 """
 from __future__ import annotations
@@ -25,6 +26,11 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class Started:
+    """The job left the queue and decodes: a stream's 200 and its headers go out now, not while it waits."""
+
+
+@dataclass(frozen=True)
 class Delta:
     text: str  # newly finished text, already cut at a stop string
 
@@ -41,16 +47,18 @@ class Failed:
     error: ApiError
 
 
-Event = Delta | Finished | Failed
+Event = Started | Delta | Finished | Failed
 
 
 class Job:
-    """One request: prompt ids and sampling in, events out; cancel() stops it at the next iteration."""
+    """One request: prompt ids and sampling in, events out; cancel() stops it at the next iteration (its client
+    went away: nothing more is sent), abort(error) too, and then it ends with Failed(error)."""
 
     def __init__(self, prompt_ids: tuple[int, ...], sampling: Sampling, loop: asyncio.AbstractEventLoop):
         self.prompt_ids, self.sampling, self.loop = prompt_ids, sampling, loop
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.cancelled = threading.Event()
+        self.abort_error: ApiError | None = None  # why the server stopped it (None: cancelled by its client)
         self.submitted = time.perf_counter()
 
     def emit(self, event: Event) -> None:
@@ -61,4 +69,9 @@ class Job:
             self.cancelled.set()
 
     def cancel(self) -> None:
+        self.cancelled.set()
+
+    def abort(self, error: ApiError) -> None:
+        """Stop the job at its next iteration and answer `error` (the server is shutting down)."""
+        self.abort_error = error
         self.cancelled.set()

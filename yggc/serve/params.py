@@ -1,9 +1,11 @@
 """A request body checked field by field into frozen dataclasses (OpenAI's names, defaults and ranges).
 
-Every bad field is an ApiError 400 naming the field. OpenAI features yggc does not implement (n > 1,
-logprobs, penalties, logit_bias, tools, ...) are refused with a 400 rather than silently ignored;
-fields with no effect on decoding (user, metadata, ...) are accepted and ignored, as llama.cpp's
-server does.
+Every bad field is an ApiError 400 naming the field. Each endpoint has an allow-list of the fields it
+implements (CHAT_FIELDS, TEXT_FIELDS); any other field with a value is refused with a 400 naming it,
+so that a request for something yggc does not do (grammar, json_schema, ignore_eos, min_tokens, logprobs,
+tools, ...) never gets unconstrained text as if it had been honoured. Some allowed fields are OpenAI
+features yggc implements only at their neutral value (n: 1, penalties 0, logit_bias {}, ...): any other
+value is refused too. null (and an empty list or object) asks for nothing and is accepted anywhere.
 """
 from __future__ import annotations
 
@@ -15,8 +17,23 @@ from .api_errors import ApiError, bad_param, unsupported
 
 MAX_STOP = 4                  # OpenAI allows up to 4 stop sequences
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-NEUTRAL = {"frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1}  # accepted: no effect
 TEXT_DEFAULT_MAX_TOKENS = 16  # /v1/completions' default; chat defaults to the rest of the context
+SHOWN = 80                    # a value quoted in an error message is cut to this many characters
+
+# The fields each endpoint implements. `user` is OpenAI's end-user id for abuse reports: purely
+# informational, it changes no answer, so it is accepted and ignored. `stream_options` is honoured
+# (include_usage); the fields of NEUTRAL are accepted at their neutral value only.
+COMMON_FIELDS = frozenset({"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
+                           "min_p", "seed", "stop", "user", "n", "frequency_penalty", "presence_penalty",
+                           "repetition_penalty", "logit_bias", "logprobs"})
+CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "response_format", "top_logprobs"}
+TEXT_FIELDS = COMMON_FIELDS | {"prompt", "best_of", "echo", "suffix"}
+MESSAGE_FIELDS = frozenset({"role", "content"})  # `name` and tool calls are not rendered: refused
+PART_FIELDS = frozenset({"type", "text"})
+STREAM_OPTIONS = frozenset({"include_usage"})
+# field -> the one value yggc honours (what it does anyway); any other value is refused
+NEUTRAL = {"n": 1, "best_of": 1, "frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1,
+           "logit_bias": {}, "logprobs": False, "top_logprobs": 0, "echo": False, "suffix": ""}
 
 
 @dataclass(frozen=True)
@@ -58,13 +75,40 @@ def is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+def shown(v: Any) -> str:
+    """repr(v) for an error message, cut short (a prompt may be a megabyte)."""
+    text = repr(v)
+    return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
+
+
+def is_empty(v: Any) -> bool:
+    """null, [] or {}: a value that asks for nothing."""
+    return v is None or (isinstance(v, list | dict) and not v)
+
+
+def refuse_unknown(obj: dict, allowed: frozenset[str], where: str, endpoint: str) -> None:
+    """400 for the first field outside `allowed` that has a value (`where` prefixes its name: "messages[0].")."""
+    for key, value in obj.items():
+        if key not in allowed and not is_empty(value):
+            name = f"{where}{key}"[:SHOWN]
+            raise ApiError(400, f"the field '{name}' is not supported by {endpoint} on yggc serve (it is refused, "
+                           "not ignored); remove it", param=name, code="unsupported_parameter")
+
+
+def is_neutral(v: Any, neutral: Any) -> bool:
+    """v asks for what yggc does anyway (True is not 1 and 0 is not False here)."""
+    if isinstance(v, bool) or isinstance(neutral, bool):
+        return v is neutral
+    return (type(v) is type(neutral) or (is_number(v) and is_number(neutral))) and v == neutral
+
+
 def number(body: dict, key: str, default: float, low: float, high: float, low_open: bool = False) -> float:
     v = body.get(key)
     if v is None:
         return default
     if not is_number(v) or not math.isfinite(v) or v > high or v < low or (low_open and v == low):
         bound = "(" if low_open else "["
-        raise bad_param(key, f"{key} must be a number in {bound}{low:g}, {high:g}], got {v!r}")
+        raise bad_param(key, f"{key} must be a number in {bound}{low:g}, {high:g}], got {shown(v)}")
     return float(v)
 
 
@@ -73,7 +117,7 @@ def whole(body: dict, key: str, low: int, high: int | None = None) -> int | None
     if v is None:
         return None
     if not is_int(v) or v < low or (high is not None and v >= high):
-        raise bad_param(key, f"{key} must be an integer >= {low}" + (f" and < {high}" if high else "") + f", got {v!r}")
+        raise bad_param(key, f"{key} must be an integer >= {low}" + (f" and < {high}" if high else "") + f", got {shown(v)}")
     return v
 
 
@@ -83,29 +127,35 @@ def stops(body: dict) -> tuple[str, ...]:
         return ()
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items) or len(items) > MAX_STOP:
-        raise bad_param("stop", f"stop must be a non-empty string or a list of up to {MAX_STOP} of them, got {v!r}")
+        raise bad_param("stop", f"stop must be a non-empty string or a list of up to {MAX_STOP} of them, "
+                        f"got {shown(v)}")
     return tuple(items)
 
 
 def refuse_unsupported(body: dict, chat: bool) -> None:
     """A 400 for every field that would change the answer in a way yggc cannot honour."""
-    if body.get("n") not in (None, 1):
-        raise unsupported("n", "n > 1 (several choices per request)")
-    if body.get("best_of") not in (None, 1):
-        raise unsupported("best_of", "best_of > 1")
-    for key in ("logprobs", "top_logprobs", "echo", "suffix", "tools", "functions", "tool_choice", "function_call"):
-        if body.get(key) not in (None, False, [], ""):
-            raise unsupported(key, key)
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+    refuse_unknown(body, CHAT_FIELDS if chat else TEXT_FIELDS, "", endpoint)
     for key, neutral in NEUTRAL.items():
-        if body.get(key) not in (None, neutral):
-            raise unsupported(key, f"{key} other than {neutral}")
-    if body.get("logit_bias") not in (None, {}):
-        raise unsupported("logit_bias", "logit_bias")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise unsupported("response_format", "response_format other than {'type': 'text'}")
-    if not chat and body.get("max_completion_tokens") is not None:
-        raise bad_param("max_completion_tokens", "/v1/completions takes max_tokens", code="unknown_parameter")
+        v = body.get(key)
+        if v is not None and not is_neutral(v, neutral):
+            raise unsupported(key, f"{key} other than {neutral!r}")
+    if chat:
+        response_format(body.get("response_format"))
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad_param("stream_options", f"stream_options must be an object, got {shown(options)}")
+    refuse_unknown(options or {}, STREAM_OPTIONS, "stream_options.", endpoint)
+
+
+def response_format(fmt: Any) -> None:
+    """{"type": "text"} is what yggc writes; structured output (json_object, json_schema) is refused."""
+    if fmt is None or fmt == {"type": "text"}:
+        return
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if isinstance(kind, str) and kind != "text":
+        raise unsupported("response_format", f"response_format of type {shown(kind)} (structured output)")
+    raise bad_param("response_format", f"response_format must be {{'type': 'text'}}, got {shown(fmt)}")
 
 
 def sampling(body: dict, chat: bool) -> Sampling:
@@ -123,10 +173,12 @@ def text_of(content: Any, i: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        for j, part in enumerate(content):
+            refuse_unknown(part, PART_FIELDS, f"messages[{i}].content[{j}].", "/v1/chat/completions")
         if all(p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
             return "\n".join(p["text"] for p in content)
         raise unsupported(f"messages[{i}].content", "content other than text")
-    raise bad_param(f"messages[{i}].content", f"messages[{i}].content must be a string, got {content!r}")
+    raise bad_param(f"messages[{i}].content", f"messages[{i}].content must be a string, got {shown(content)}")
 
 
 def messages_of(body: dict) -> tuple[ChatMessage, ...]:
@@ -137,7 +189,10 @@ def messages_of(body: dict) -> tuple[ChatMessage, ...]:
     out = []
     for i, m in enumerate(v):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
-            raise bad_param(f"messages[{i}]", f"messages[{i}] must have a role of {', '.join(ROLES)}, got {m!r}")
+            role = m.get("role") if isinstance(m, dict) else m
+            raise bad_param(f"messages[{i}]", f"messages[{i}] must have a role of {', '.join(ROLES)}, got "
+                            f"{shown(role)}")
+        refuse_unknown(m, MESSAGE_FIELDS, f"messages[{i}].", "/v1/chat/completions")
         out.append(ChatMessage(ROLES[m["role"]], text_of(m.get("content"), i)))
     return tuple(out)
 
@@ -168,10 +223,8 @@ def parse_request(body: Any, chat: bool) -> CompletionRequest:
     refuse_unsupported(body, chat)
     stream = body.get("stream", False)
     if not isinstance(stream, bool | None):
-        raise bad_param("stream", f"stream must be true or false, got {stream!r}")
+        raise bad_param("stream", f"stream must be true or false, got {shown(stream)}")
     options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise bad_param("stream_options", f"stream_options must be an object, got {options!r}")
     return CompletionRequest(chat=chat, model=model, prompt=None if chat else prompt_of(body),
                              messages=messages_of(body) if chat else None, sampling=sampling(body, chat),
                              stream=bool(stream), include_usage=bool(stream and (options or {}).get("include_usage")))

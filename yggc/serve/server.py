@@ -1,13 +1,28 @@
-"""`yggc serve BUNDLE`: load the bundle, bind the socket, run uvicorn quietly (one startup line)."""
+"""`yggc serve BUNDLE`: load the bundle, bind the socket, run uvicorn quietly (one startup line).
+
+SIGTERM (or Ctrl-C) stops it gracefully: the listening socket closes, the requests waiting in the queue
+are answered 503 at once, the one decoding may run GRACE_S seconds more and is then stopped (its stream
+ends with a 503 error event and [DONE]), and SIGTERM's exit status is 0.
+"""
 from __future__ import annotations
 
+import asyncio
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import uvicorn  # the serve extra: yggc.cli.serve checks it is installed before importing this module
 
 from ..errors import YggcError
 from ..runtime.runtime import Runtime
 from .settings import ServeSettings
+from .worker import DecodeWorker
+
+GRACE_S = 3.0  # how long the request decoding at SIGTERM may go on before it is stopped
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -33,18 +48,51 @@ def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int
             f"(queue {settings.queue_size}{key}); Ctrl-C stops")
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, whose shutdown first answers the queue 503, and stops the running job after GRACE_S."""
+
+    def __init__(self, config: uvicorn.Config, worker: DecodeWorker):
+        super().__init__(config)
+        self.worker = worker
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.worker.refuse_waiting()
+        stop = asyncio.get_running_loop().call_later(
+            GRACE_S, self.worker.abort_current, f"the server is shutting down; this request was stopped after "
+            f"{GRACE_S:g} s")
+        try:
+            await super().shutdown(sockets)
+        finally:
+            stop.cancel()
+
+
 def serve(bundle: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
           queue_size: int = 8, alias: str | None = None) -> None:
-    """Serve until interrupted. uvicorn logs warnings and errors only; no access log."""
-    import uvicorn
-
+    """Serve until SIGTERM or Ctrl-C. uvicorn logs warnings and errors only; no access log."""
     from .app import create_app
 
     runtime = Runtime.load(bundle)
     path = Path(bundle).resolve()
-    settings = ServeSettings(alias or path.name, api_key, queue_size, int((path / "manifest.json").stat().st_mtime))
+    settings = ServeSettings(alias or path.name, api_key, queue_size, int((path / "manifest.json").stat().st_mtime),
+                             host)
     app = create_app(runtime, settings)
     sock = bind(host, port)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+    # uvicorn waits for the connections at most this long, past the grace given to the decoding request
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S + 2)
     print(startup_line(settings, runtime, host, sock.getsockname()[1]), file=sys.stderr, flush=True)
-    uvicorn.Server(config).run(sockets=[sock])
+    with sigterm_returns():
+        DrainingServer(config, app.state.worker).run(sockets=[sock])
+
+
+@contextmanager
+def sigterm_returns() -> Iterator[None]:
+    """uvicorn re-raises the signal it stopped on once it has shut down; by then SIGTERM's work is done, so
+    it must not kill the process (exit 143): the server returns and `yggc serve` exits 0."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

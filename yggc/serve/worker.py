@@ -2,7 +2,9 @@
 
 One Runtime owns one KV cache, so there is exactly one decoding thread. A full queue refuses the
 request at once (429) instead of letting latency grow without bound. A cancelled job (its client
-went away) stops at the next draft-verify iteration, or is skipped if it had not started.
+went away) stops at the next draft-verify iteration, or is skipped if it had not started. Shutting down,
+the waiting jobs are answered 503 at once (refuse_waiting) and the running one may finish until the server
+aborts it (abort_current), which ends its answer with a 503 error.
 """
 from __future__ import annotations
 
@@ -14,11 +16,15 @@ import time
 from ..errors import YggcError
 from ..runtime.runtime import Runtime
 from .api_errors import ApiError
-from .jobs import Delta, Failed, Finished, Job, Usage
+from .jobs import Delta, Failed, Finished, Job, Started, Usage
 from .metrics import Metrics
 from .stop import TextStream
 
 log = logging.getLogger("yggc.serve")
+
+
+def shutting_down(message: str = "the server is shutting down; retry later") -> ApiError:
+    return ApiError(503, message, type="server_error", code="shutting_down")
 
 
 def request_stats(dec, stop_reason: str, ttft_s: float | None, tpot_s: float | None) -> dict:
@@ -56,7 +62,7 @@ class DecodeWorker:
     def submit(self, job: Job) -> None:
         """Queue a job, or raise ApiError 429 (queue full) / 503 (shutting down)."""
         if self.stopping:
-            raise ApiError(503, "the server is shutting down", type="server_error", code="shutting_down")
+            raise shutting_down()
         try:
             self.queue.put_nowait(job)
         except queue.Full:
@@ -64,18 +70,27 @@ class DecodeWorker:
             raise ApiError(429, f"the server's queue is full ({self.queue_size} requests waiting); retry later",
                            type="requests", code="rate_limit_exceeded") from None
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Cancel the running job, fail the waiting ones, end the thread."""
+    def refuse_waiting(self) -> None:
+        """Shutting down: take no more jobs and answer every waiting one 503 now."""
         self.stopping = True
-        if self.current is not None:
-            self.current.cancel()
         while True:
             try:
                 job = self.queue.get_nowait()
             except queue.Empty:
-                break
+                return
             if job is not None:
-                job.emit(Failed(ApiError(503, "the server is shutting down", type="server_error")))
+                job.emit(Failed(shutting_down()))
+
+    def abort_current(self, message: str = "the server is shutting down; this request was stopped") -> None:
+        """Stop the running job at its next iteration; its answer ends with a 503 error."""
+        job = self.current
+        if job is not None:
+            job.abort(shutting_down(message))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Fail the waiting jobs, abort the running one, end the thread."""
+        self.refuse_waiting()
+        self.abort_current()
         try:
             self.queue.put(None, timeout=timeout)
         except queue.Full:  # a request slipped in while stopping: the daemon thread ends with the process
@@ -103,6 +118,7 @@ class DecodeWorker:
 
     def run(self, job: Job) -> None:
         """Decode one job, emitting text as iterations are accepted; checks for cancel between them."""
+        job.emit(Started())
         s, rt = job.sampling, self.runtime
         dec = rt.decoder(sampling=s.temperature > 0)
         text = TextStream(rt.tokenizer, s.stop)
@@ -129,6 +145,8 @@ class DecodeWorker:
         self.metrics.record("cancelled" if cancelled else "completed", len(job.prompt_ids), n_generated, ttft, tpot,
                             dec.stats.accepted_lengths)
         if cancelled:
+            if job.abort_error is not None:
+                job.emit(Failed(job.abort_error))
             return
         if text.stopped:
             reason, stop_reason = "stop", "stop string"
