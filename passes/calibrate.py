@@ -137,6 +137,26 @@ def record_width_sampled(verifier, drafter, layout: CacheLayout, prompts: list[l
     return samples, statistics.median(iteration_ms) if iteration_ms else 0.0
 
 
+def rank_acceptance(samples: list[TreeSample], ranks: int = 4) -> list[float]:
+    """The chance that a node's i-th child (draw order: a node's children take ids in the order of its draws) is
+    accepted once the node is, i = 1..ranks, over sampled trees (their path_prob): what a sampled tree prices its
+    draws at (sampled_egt.RANK_ACCEPTANCE). A rank never drafted copies the rank above it."""
+    hit, tried = [0.0] * ranks, [0.0] * ranks
+    for sample in samples:
+        seen: dict[int, int] = {}  # parent -> children so far
+        parents, prob = sample.tree.parents[: sample.tree.n_nodes].tolist(), sample.path_prob.tolist()
+        for node in range(1, sample.tree.n_nodes):
+            rank = seen.get(parents[node], 0)
+            seen[parents[node]] = rank + 1
+            if rank < ranks:
+                hit[rank] += prob[node]
+                tried[rank] += prob[parents[node]]
+    rates: list[float] = []
+    for h, t in zip(hit, tried, strict=True):
+        rates.append(h / t if t > 0 else rates[-1] if rates else 1.0)
+    return [round(min(r, rates[i - 1] if i else r), 4) for i, r in enumerate(rates)]
+
+
 def sample_token_ms(vocab: int, temperature: float) -> float:
     """Drawing one token from a verifier distribution at `temperature`: what plain decoding adds per step at
     T > 0, the sampling objective's baseline beside the verifier's step."""
@@ -176,5 +196,6 @@ def calibrate(verifier, drafter, layout: CacheLayout, tokenizer, spec: Calibrati
                                       for w in spec.widths}}
     if sampled:
         record |= {"temperature": spec.temperature, "iteration_ms": iteration_ms,
-                   "token_ms": sample_token_ms(verifier.cfg.vocab_size, spec.temperature)}
+                   "token_ms": sample_token_ms(verifier.cfg.vocab_size, spec.temperature),
+                   "rank_acceptance": rank_acceptance(samples)}
     return samples, record

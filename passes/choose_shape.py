@@ -15,6 +15,7 @@ from ..plan.shape import TreeShape
 from .decode_check import MIN_SPEEDUP
 
 PLAN_CANDIDATES = 10
+ESTIMATE_TOLERANCE = 0.15  # the objective's estimate and the decode check agree within this on a quiet machine
 
 
 def candidate_shapes(samples: list[TreeSample], max_depth: int, depth: int | None = None,
@@ -51,7 +52,8 @@ def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, sp
                for w in spec.widths}
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
     _, plan = choose_shape(candidates, SamplingCosts(costs, step_ms, record["token_ms"]))
-    return {**plan, "temperature": spec.temperature, "host_ms_per_step": {str(w): round(ms, 4) for w, ms in step_ms.items()}}
+    return {**plan, "temperature": spec.temperature, "host_ms_per_step": {str(w): round(ms, 4) for w, ms in step_ms.items()},
+            "rank_acceptance": record["rank_acceptance"]}  # what its sampled trees price each draw at
 
 
 def checked_plan(plan: dict, profile: dict, decoded: dict[str, float], step) -> dict:
@@ -67,7 +69,21 @@ def checked_plan(plan: dict, profile: dict, decoded: dict[str, float], step) -> 
     if not plan["speculate"]:
         step(f"the tree decoded at {decoded['speedup']:.2f}x the verifier alone: the bundle decodes without "
              "speculation")
+    off = estimate_off(plan["objective"]["speedup"], decoded["speedup"])
+    if off:
+        plan["estimate_off"] = off
+        step(off)
     return plan
+
+
+def estimate_off(estimated: float, decoded: float) -> str | None:
+    """A line when the objective's estimate and the decode check are more than ESTIMATE_TOLERANCE apart: the
+    profile or the calibration text does not describe this machine or the text decoded (yggc inspect shows it)."""
+    if abs(estimated / decoded - 1.0) <= ESTIMATE_TOLERANCE:
+        return None
+    return (f"the plan was estimated at {estimated:.2f}x and decoded at {decoded:.2f}x the verifier alone (more than "
+            f"{ESTIMATE_TOLERANCE:.0%} apart): timings from a busy machine, or calibration text unlike what was "
+            "decoded; the decode's verdict decides")
 
 
 def checked_sampling_plan(sampling: dict, decoded: dict[str, float], step) -> dict:

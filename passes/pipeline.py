@@ -39,6 +39,7 @@ from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tensor_parallel import verifier_loader
 from .calibrate import calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
+from .contention import contention_line, measure_until_quiet
 from .decode_check import check_prompts, decode_check
 from .job import CompileJob
 from .kept_weights import keep_head_embedding, keep_head_fusion, stores_weights
@@ -264,10 +265,17 @@ def phases_pass(s: CompileState, note: Note) -> None:
 
 
 def profile_pass(s: CompileState, note: Note) -> str:
+    """Profile every stage, again while other programs take CPU time (passes/contention.py)."""
     s.decoder = compiled_decoder(s.writer.root, s.loaded, s.compiled, s.buckets, s.shape, s.job)
     timed = {**s.compiled, "drafter": HeadSteps(s.compiled["drafter"])} if s.head else s.compiled
-    s.profile = profile_models(timed, lowered_widths(s.buckets), s.loaded["verifier"].layout, s.shape,
-                               s.job.profile_repeats, note, s.decoder, s.cal.forward if s.cal else None)
+
+    def measure(first: bool) -> dict:  # the widths timed before calibration are reused on a quiet first try only
+        return profile_models(timed, lowered_widths(s.buckets), s.loaded["verifier"].layout, s.shape,
+                              s.job.profile_repeats, note, s.decoder, s.cal.forward if s.cal and first else None)
+
+    s.profile = measure_until_quiet(measure, note)
+    if "contention" in s.profile:
+        s.log(f"yggc compile: warning: {contention_line(s.profile['contention'])}")
     s.writer.write_json("profile.json", s.profile)
     return f"profiled D={s.shape.depth} W={s.shape.width} V={s.shape.verify}: stages and phases"
 

@@ -35,10 +35,20 @@ def parse_runs(text: str) -> list[tuple[str, TreeShape]]:
     runs = []
     for item in text.split(","):
         rule, _, dims = item.partition(":")
-        if rule not in ("chain", "point-mass", "rrs", "traversal"):
-            raise SystemExit(f"unknown rule {rule!r} in --shapes; use chain, point-mass, rrs or traversal")
+        if rule not in ("chain", "point-mass", "rrs", "rrs-q", "traversal"):
+            raise SystemExit(f"unknown rule {rule!r} in --shapes; use chain, point-mass, rrs, rrs-q "
+                             "(draws priced at the drafter's probabilities) or traversal")
         runs.append((rule, TreeShape.from_args(*(int(v) for v in dims.split("x")))))
     return runs
+
+
+def sampling_decoder(rt, rule: str, shape: TreeShape):
+    """The runtime's decoder for a --shapes entry; rrs-q prices each draw at the drafter's probability of its rank
+    instead of the rank's acceptance rate (sampled_egt.RANK_ACCEPTANCE)."""
+    dec = rt.decoder(shape=shape, tree_rule="rrs" if rule in ("chain", "rrs-q") else rule)
+    if rule == "rrs-q":
+        dec.rank_rates = None
+    return dec
 
 
 def exact_tokens_per_call(draft, kept: torch.Tensor, probs: torch.Tensor) -> dict[str, float]:
@@ -117,7 +127,7 @@ def main(argv=None) -> None:
             results[f"T={temp} sampling plan {label}"] = measure(rt, rt.decoder(sampling=True), prompts, args.n,
                                                                  SamplingParams(temp), args.repeats)
         for rule, shape in runs:
-            dec = rt.decoder(shape=shape, tree_rule="rrs" if rule == "chain" else rule)
+            dec = sampling_decoder(rt, rule, shape)
             results[f"T={temp} {rule} D{shape.depth}W{shape.width}V{shape.verify}"] = measure(
                 rt, dec, prompts, args.n, SamplingParams(temp), args.repeats, args.exact)
     print(f"{args.bundle}: dtype {rt.manifest.dtype}, {len(prompts)} prompts x {args.n} tokens, "

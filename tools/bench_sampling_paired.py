@@ -34,7 +34,13 @@ TOOLS = Path(__file__).resolve().parent
 if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
-from bench_sampling import add_common_args, exact_tokens_per_call, load_prompts, parse_runs  # noqa: E402
+from bench_sampling import (  # noqa: E402
+    add_common_args,
+    exact_tokens_per_call,
+    load_prompts,
+    parse_runs,
+    sampling_decoder,
+)
 
 from yggc.plan.objective import choice_tokens_per_ms, oracle_choice  # noqa: E402
 from yggc.plan.stages import StageCosts, iteration_stages  # noqa: E402
@@ -217,7 +223,7 @@ def main(argv=None) -> None:
         raise SystemExit("--bound measures rank rates on the last shape: make it a wide rrs tree, e.g. rrs:4x8x32")
     rt = Runtime.load(args.bundle)
     prompts = load_prompts(args.prompts_file, args.prompts)
-    decoders = [rt.decoder(shape=shape, tree_rule="rrs" if rule == "chain" else rule) for rule, shape in runs]
+    decoders = [sampling_decoder(rt, rule, shape) for rule, shape in runs]
     print(f"{args.bundle}: {len(prompts)} prompts x {args.n} tokens of the verifier's own, "
           f"one position in {args.stride}; "
           f"tokens per call (exact, same contexts and seeds) +- standard error, ratio to the first shape")

@@ -11,6 +11,7 @@ from yggc.passes.calibrate import (
     CalibrationSpec,
     calibrate,
     calibration_prompts,
+    rank_acceptance,
     read_calibration_text,
     record_width,
 )
@@ -89,6 +90,17 @@ def test_sampled_trees_are_priced_by_expected_acceptance(D, W):
     deepest = int(tree.depth[: tree.n_nodes].max())  # EGT may spend its nodes above depth D
     at = [float(prob[tree.depth[: tree.n_nodes] == d].sum()) for d in range(deepest + 1)]
     assert acceptance_rates([sample]) == pytest.approx([at[d + 1] / at[d] for d in range(deepest)])
+
+
+def test_rank_acceptance_is_each_draw_ranks_acceptance_given_its_parent():
+    """Root -> children 1, 2 (draws 1 and 2); node 1 -> child 3 (its draw 1); node 2 -> child 4 (its draw 1)."""
+    from yggc.tree.token_tree import TokenTree
+
+    tree = TokenTree(torch.tensor([0, 5, 6, 7, 8]), torch.tensor([-1, 0, 0, 1, 2]), torch.tensor([0, 1, 1, 2, 2]),
+                     torch.zeros(5), 5)
+    sample = TreeSample(tree, 2, [], path_prob=torch.tensor([1.0, 0.6, 0.1, 0.3, 0.05], dtype=torch.float64))
+    # rank 1: (0.6 + 0.3 + 0.05) / (1 + 0.6 + 0.1); rank 2: 0.1 / 1; ranks never drafted copy the one above
+    assert rank_acceptance([sample], ranks=3) == pytest.approx([0.5588, 0.1, 0.1], abs=1e-4)
 
 
 @pytest.mark.parametrize("W", [1, 2, 3])

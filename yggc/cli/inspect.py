@@ -91,6 +91,15 @@ def print_adaptive(record: dict) -> None:
         print(f"    {record.get('reason', '')}")
 
 
+def plan_warnings(profile: dict, plan: dict) -> list[str]:
+    """Why the plan may not suit this machine: a profile taken while other programs ran, an estimate the decode
+    check did not confirm."""
+    from ..passes.contention import contention_line
+
+    out = [contention_line(profile["contention"])] if profile.get("contention") else []
+    return out + ([plan["estimate_off"]] if plan.get("estimate_off") else [])
+
+
 def print_plan(plan: dict) -> None:
     print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')} "
           f"({plan.get('source', 'unknown source')})")
@@ -159,6 +168,8 @@ def inspect_command(args: argparse.Namespace) -> int:
     if drafter["kind"] == "eagle3":
         print(f"  drafter: EAGLE-3 head over the verifier's layers {drafter['feature_layers']}")
     print_plan(plan)
+    for warning in plan_warnings(profile, plan):
+        print(f"  warning: {warning}")
     if "schedule" in plan:
         print_schedule(plan["schedule"], plan.get("measured"))
         if args.plot:

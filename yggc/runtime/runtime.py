@@ -23,6 +23,7 @@ from ..bundle import Manifest, validate_bundle
 from ..errors import YggcError
 from ..plan.depth_predictor import DepthPolicy
 from ..plan.shape import TreeShape
+from ..tree.sampled_egt import RANK_ACCEPTANCE
 from ..tree.sampling import SamplingParams
 from . import drafters, models
 from .autoregressive import AutoregressiveDecoder
@@ -72,6 +73,7 @@ class Runtime:
         self.policy: DepthPolicy | None = None  # the bundle's depth predictor, if it trained one that pays
         # the plan calibrated at a temperature (`yggc compile --temp`): (shape, verdict) for T > 0 requests
         self.sampling_plan: tuple[TreeShape, bool] | None = None
+        self.rank_rates: tuple[float, ...] = RANK_ACCEPTANCE  # a sampled tree's price of each draw rank
 
     @classmethod
     def load(cls, path: str | Path) -> Runtime:
@@ -113,6 +115,7 @@ class Runtime:
         if sampling:
             rt.sampling_plan = (TreeShape.from_args(sampling["depth"], sampling["width"], sampling["verify"]),
                                 sampling["speculate"])
+            rt.rank_rates = tuple(sampling.get("rank_acceptance") or RANK_ACCEPTANCE)
         v, d = loaded["verifier"].graph, loaded["drafter"].graph
         for b in buckets:
             shape = TreeShape(b.get("depth", 1), b.get("width", 1), b.get("verify", 1))
@@ -140,9 +143,11 @@ class Runtime:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
         policy = self.policy if adaptive and shape is None else None
         shape = shape or plan_shape
-        return drafters.speculative_decoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape,
-                                            chain_rule, tree_rule, self.draft_runners.get((shape.depth, shape.width)),
-                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
+        dec = drafters.speculative_decoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape,
+                                           chain_rule, tree_rule, self.draft_runners.get((shape.depth, shape.width)),
+                                           self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
+        dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
+        return dec
 
     def encode(self, prompt: str | list[int] | None = None, messages: list[dict[str, str]] | None = None) -> list[int]:
         """Token ids of a text prompt, of token ids as given, or of chat `messages` through the chat template."""

@@ -22,7 +22,7 @@ from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
 from ..tree.egt import egt_frontier, egt_init, egt_tree
 from ..tree.prune import prune_topk
 from ..tree.recursive_rejection import verify_tree_rrs
-from ..tree.sampled_egt import race_keys, sampled_egt_root_step, sampled_egt_step
+from ..tree.sampled_egt import RANK_ACCEPTANCE, race_keys, sampled_egt_root_step, sampled_egt_step
 from ..tree.sampling import SamplingParams, next_token, sample_index, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.traversal import verify_tree_traversal
@@ -100,6 +100,7 @@ class SpeculativeDecoder:
         self.no_moves = torch.full((2, shape.depth), self.layout.trash, dtype=torch.long, device=self.device)
 
     head_width = HEAD_WIDTH  # rows of a head step: the root and at most one accepted leaf
+    rank_rates: tuple[float, ...] | None = RANK_ACCEPTANCE  # a sampled tree's price of an i-th draw (sampled_egt.py)
 
     # -- what a drafter kind overrides (yggc.runtime.eagle3_decoder is the other kind) ------------------
     def make_draft_phase(self) -> torch.nn.Module:
@@ -168,13 +169,13 @@ class SpeculativeDecoder:
         q = target_probs(self.root_logits(pending, n), params)  # [vocab]
         q_rows = torch.zeros(N, self.vocab)
         q_rows[0] = q
-        state = sampled_egt_root_step(egt_init(pending[-1], D, W, self.vocab), q, race_keys(q, gen))
+        state = sampled_egt_root_step(egt_init(pending[-1], D, W, self.vocab), q, race_keys(q, gen), self.rank_rates)
         for _ in range(D - 1):
             f = egt_frontier(state)
             logits = self.node_logits(f.tokens, state.parents[f.ids], f.ids, f.depth, f.mask, n, view)
             q = target_probs(logits, params)                     # [W, vocab]
             q_rows[state.newest] = q
-            state = sampled_egt_step(state, q, race_keys(q, gen))
+            state = sampled_egt_step(state, q, race_keys(q, gen), self.rank_rates)
         tree = egt_tree(state)
         return Draft(tree, None, 1 + (D - 1) * W, state.anc, q_rows)
 
