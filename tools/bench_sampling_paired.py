@@ -121,10 +121,11 @@ def price_position(decoders: list, ctx: list[int], params: SamplingParams, seed:
             kept, sub, logits = dec.score_draft(draft, n)
             probs = target_probs(logits, params)
             accepted = (acceptance_probs(sub.tokens, sub.parents, probs, draft.q_rows[kept]).tolist()
-                        if draft.q_rows is not None and dec.tree_rule == "rrs" else None)
+                        if draft.q_rows is not None and dec.tree_rule == "rrs" and not sub.is_chain() else None)
         # a per-node law sums to 1 + the expected accepted length; chains and traversal are priced as a whole
         prices.append(sum(accepted) if accepted is not None else
-                      exact_tokens_per_call(draft, kept, probs)["block" if draft.q is not None else dec.tree_rule])
+                      exact_tokens_per_call(draft, kept, probs)["block" if draft.q is not None else
+                                                                "traversal" if sub.is_chain() else dec.tree_rule])
     if ranks is not None:
         add_rank_acceptance(ranks, sub, accepted, params.greedy)
     return prices

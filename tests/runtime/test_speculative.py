@@ -169,7 +169,8 @@ def first_two_after_root(dec, prompt, root, params, n_samples):
 T1 = SamplingParams(temperature=1.0)
 SAMPLED = [((3, 2, 6), "block", "rrs", T1), ((3, 3, 5), "block", "rrs", SamplingParams(1.0, top_k=20, min_p=0.02)),
            ((2, 3, 4), "block", "point-mass", T1), ((3, 1, 3), "block", "rrs", T1), ((3, 1, 3), "token", "rrs", T1),
-           ((3, 2, 5), "block", "traversal", SamplingParams(0.8, top_p=0.9))]  # top-p: tests/tree covers each rule
+           ((3, 2, 5), "block", "traversal", SamplingParams(0.8, top_p=0.9)),  # top-p: tests/tree covers each rule
+           ((3, 2, 2), "block", "rrs", T1)]  # pruned to a chain of first draws: verified as a chain
 
 
 @pytest.mark.parametrize("shape,chain_rule,tree_rule,params", SAMPLED)

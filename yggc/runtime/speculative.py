@@ -229,7 +229,9 @@ class SpeculativeDecoder:
             tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
             path = list(range(1, tau + 1))
         elif draft.q_rows is not None:
-            rule = SAMPLED_TREE_RULES[self.tree_rule]
+            # pruned to a chain (its first draws: the pruning never looks at the tokens drawn), a tree is verified
+            # as one: traversal verification, which on a chain is block verification, where RRS is token by token
+            rule = SAMPLED_TREE_RULES["traversal" if sub.is_chain() else self.tree_rule]
             path, token = rule(sub.tokens, sub.parents, probs, draft.q_rows[kept], gen)
         else:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)

@@ -69,6 +69,11 @@ class TokenTree:
         has_child[used[used >= 0]] = True
         return torch.nonzero(~has_child).flatten().tolist()
 
+    def is_chain(self) -> bool:
+        """Every node in use is the child of the one before it."""
+        parents = self.parents[1: self.n_nodes]
+        return bool((parents == torch.arange(parents.shape[0], device=parents.device)).all())
+
     def positions(self, offset: int) -> torch.Tensor:
         """[N] long RoPE positions: the root sits at `offset` (its position in the sequence)."""
         return self.depth + offset
