@@ -10,7 +10,7 @@ O2: one package per model with the width W dynamic too (1..max_width), serving e
     which keeps small-W steps at the memory floor where the BLAS library's small-M GEMMs are not
     (tools/bench_gemm_layouts.py); the KV caches are its inputs (frozen_export.FrozenForward). The
     phases run eagerly around it, so the weights exist once. On a CPU the packed constants are written
-    beside the package (package_constants.py) and the runtime maps them instead of copying them.
+    beside the package (external_constants.py) and the runtime maps them instead of copying them.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
 from ..runtime import kernel_ops
 from ..runtime.verify_phase import GreedyVerifyPhase
-from . import avx2_bf16_gemm, avx512_bf16_gemm, kernel_library, package_constants, tied_head
+from . import avx2_bf16_gemm, avx512_bf16_gemm, external_constants, kernel_library, tied_head
 from .frozen_export import FrozenForward
 
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
@@ -46,7 +46,7 @@ O2_TUNE_WIDTH = 4  # the width O2's GEMM blocking is tuned at: a typical verify 
 
 
 def constants_beside(opt: str, device: str, sparse: bool = False) -> bool:
-    """Whether the package's constants go beside it (package_constants.py): O2 on a CPU. Not an MoE graph's, whose
+    """Whether the package's constants go beside it (external_constants.py): O2 on a CPU. Not an MoE graph's, whose
     ATen GEMMs may take oneDNN-packed weights, which are opaque tensors (compile_beside would compile it twice)."""
     return opt == "O2" and device_kind(device) == "cpu" and not sparse
 
@@ -90,7 +90,7 @@ def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple | dic
     sparse = any(isinstance(m, MoeFeedForward) for m in graph.modules())
     config = inductor_config(opt, device, sparse)
     if constants_beside(opt, device, sparse):
-        package_constants.compile_beside(program, out_path, config)
+        external_constants.compile_beside(program, out_path, config)
     else:
         torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=config)
     if attend is kernel_ops.attend_rows:  # the packages call the op: the runtime loads it from beside them

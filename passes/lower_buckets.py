@@ -16,7 +16,7 @@ from ..runtime.drafters import (
     verify_phase,
 )
 from ..runtime.speculative import SpeculativeDecoder
-from ..runtime.tensor_parallel import rank_world
+from ..runtime.tp_processes import rank_world
 from .job import CompileJob
 from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
 from .lower_tensorrt import lower_bucket_tensorrt

@@ -21,7 +21,7 @@ from ..bundle.machine import device_kind
 from ..errors import YggcError
 from ..plan.objective import StageCosts
 from ..plan.shape import TreeShape
-from ..runtime import models
+from ..runtime import loading
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.buckets import CompiledModel
 from ..runtime.drafters import (
@@ -36,7 +36,7 @@ from ..runtime.drafters import (
     speculative_decoder,
 )
 from ..runtime.speculative import SpeculativeDecoder
-from ..runtime.tensor_parallel import verifier_loader
+from ..runtime.tp_processes import verifier_loader
 from .calibrate import calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .contention import contention_line, measure_until_quiet
@@ -133,7 +133,7 @@ def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, step) -> 
     return record
 
 
-def load_checked_pair(job: CompileJob) -> dict[str, models.LoadedModel]:
+def load_checked_pair(job: CompileJob) -> dict[str, loading.LoadedModel]:
     """The pair check, then both models; an EAGLE-3 head compiles with the Inductor backend on a CPU."""
     if drafter_kind(job.drafter_dir) == "eagle3" and (job.device != "cpu" or job.backend != "inductor"):
         raise YggcError(f"{job.drafter_dir} is an EAGLE-3 head: bundles with heads are CPU-only for now; "
@@ -295,7 +295,7 @@ def write_pass(s: CompileState, note: Note) -> str:
         s.plan["adaptive"] = s.adaptive
     s.writer.write_json("plan.json", {"depth": s.shape.depth, "width": s.shape.width, "verify": s.shape.verify,
                                       **s.plan})
-    s.writer.finish({"device": job.device, "dtype": models.dtype_label(job.dtype), "max_seq": job.max_seq,
+    s.writer.finish({"device": job.device, "dtype": loading.dtype_label(job.dtype), "max_seq": job.max_seq,
                      "buckets": every_rank(s.buckets, job.tp),
                      "extra": {"opt": job.opt, "backend": job.backend,
                                "package_width": package_width(job) if job.opt == "O2" else 0, "tp": job.tp,

@@ -11,7 +11,7 @@ from ..plan.cost_model import fit_cost_curve
 from ..plan.shape import TreeShape
 from ..runtime.cache_layout import CacheLayout, causal_rows
 from ..runtime.device import cuda_properties
-from ..runtime.models import device_scope, model_device
+from ..runtime.loading import device_scope, model_device
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.timing import median_ms, steady_ms, steady_ms_each
 from ..tree.prune import prune_topk

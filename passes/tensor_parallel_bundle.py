@@ -15,7 +15,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..errors import YggcError
-from ..runtime.tensor_parallel import rank_world
+from ..runtime.tp_processes import rank_world
 from .write_bundle import BundleWriter
 
 

@@ -63,11 +63,11 @@ def demo_runtime():
     """An eager (uncompiled) yggc.Runtime over the shipped demo pair (its verifier has a chat template), tree
     (3, 2, 5), 512-token context. Compiling the demo bundle takes minutes."""
     from yggc.plan.shape import TreeShape
-    from yggc.runtime import drafters, models
+    from yggc.runtime import drafters, loading
     from yggc.runtime.buckets import CompiledModel
     from yggc.runtime.runtime import Runtime
 
-    verifier_dir, drafter_dir = models.demo_pair_dirs()
+    verifier_dir, drafter_dir = loading.demo_pair_dirs()
     verifier, drafter = drafters.load_pair(verifier_dir, drafter_dir, torch.float32, 512)
     compiled = {"verifier": CompiledModel(verifier.graph, {}), "drafter": CompiledModel(drafter.graph, {})}
     return Runtime(verifier_dir, None, verifier, drafter, compiled, TreeShape(3, 2, 5))

@@ -3,6 +3,7 @@
 graphs <- tree <- plan <- runtime <- passes / bench / serve / train <- cli; bundle beside them (imported by runtime
 and passes, importing neither). Each rule names the packages a package may import from yggc. The package never
 imports a tools/ script nor edits sys.path: tools/ may import yggc, never the reverse.
+No two modules share a file name (yggc/cli/'s modules, named after their commands, excepted).
 """
 import ast
 from pathlib import Path
@@ -121,19 +122,19 @@ def test_a_lazy_import_cycle_is_caught():
 
 
 @pytest.mark.parametrize("importer, line, rule", [
-    ("yggc.tree.prune", "from ..runtime.models import load", "yggc.tree may import only"),
+    ("yggc.tree.prune", "from ..runtime.loading import load", "yggc.tree may import only"),
     ("yggc.plan.objective", "from ..runtime.draft_phase import DraftPhase", "yggc.plan may import only"),
     ("yggc.runtime.runtime", "from ..passes.pipeline import compile_bundle", "yggc.runtime never imports"),
     ("yggc.runtime.speculative", "import yggc.bench.harness", "yggc.runtime never imports"),
     ("yggc.bench.harness", "from ..cli.main import main", "nothing imports yggc.cli"),
     ("yggc.graphs.llama", "from yggc.errors import YggcError", "yggc.graphs may import only"),
-    ("yggc.bundle.manifest", "from ..runtime import models", "yggc.bundle may import only"),
+    ("yggc.bundle.manifest", "from ..runtime import loading", "yggc.bundle may import only"),
     ("yggc.runtime.runtime", "from ..serve.app import create_app", "yggc.runtime never imports"),
     ("yggc.serve.app", "from ..passes.pipeline import compile_bundle", "yggc.serve may import only"),
     ("yggc.serve.worker", "from ..bench.harness import run", "yggc.serve may import only"),
     ("yggc.serve.app", "from ..cli.main import main", "nothing imports yggc.cli"),
     ("yggc.runtime.runtime", "from ..train.loop import train_model", "yggc.runtime never imports"),
-    ("yggc.train.eagle3", "from ..passes.pipeline import compile_bundle", "yggc.train may import only"),
+    ("yggc.train.eagle3_head", "from ..passes.pipeline import compile_bundle", "yggc.train may import only"),
     ("yggc.train.loop", "from ..cli.main import main", "nothing imports yggc.cli"),
 ])
 def test_a_forbidden_import_is_caught(importer, line, rule):
@@ -167,10 +168,35 @@ def test_the_package_never_imports_a_tools_script():
     ("from bench_drafters import main", ["bench_drafters"]),
     ("import random_checkpoint as rc", ["random_checkpoint"]),
     ("sys.path.insert(0, 'tools')", ["sys.path"]),
-    ("from .config import PROMPTS_FILE\nimport json", []),
+    ("from .suite import PROMPTS_FILE\nimport json", []),
 ])
 def test_a_tools_import_is_caught(line, found):
     assert tools_reached(line, {f.stem for f in TOOLS.glob("*.py")}) == found
+
+
+# base names that may repeat: a package's own files, and yggc/cli/'s modules (each named after its command)
+SHARED_NAMES = {"__init__.py", "__main__.py"}
+NAMED_AFTER_COMMANDS = ROOT / "yggc" / "cli"
+
+
+def repeated_names(files: list[Path]) -> dict[str, list[str]]:
+    """Base name -> the files under ROOT that share it, where more than one module has it."""
+    seen: dict[str, list[str]] = {}
+    for f in files:
+        if f.name not in SHARED_NAMES and f.parent != NAMED_AFTER_COMMANDS:
+            seen.setdefault(f.name, []).append(str(f.relative_to(ROOT)))
+    return {name: sorted(paths) for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_no_two_modules_share_a_name():
+    """A file name alone says where a module lives: graphs/config.py is the only config.py."""
+    assert repeated_names(list(module_files().values())) == {}
+
+
+def test_a_shared_name_is_caught():
+    files = list(module_files().values()) + [ROOT / "yggc" / "serve" / "llama.py", ROOT / "yggc" / "cli" / "config.py",
+                                             ROOT / "passes" / "__init__.py"]
+    assert repeated_names(files) == {"llama.py": ["graphs/llama.py", "yggc/serve/llama.py"]}
 
 
 def test_modules_stay_small():

@@ -23,7 +23,7 @@ import yggc.passes.lower as lower
 from yggc.passes import kernel_library
 from yggc.passes.profile import bucket_latency_ms
 
-from yggc.runtime import kernel_ops, models
+from yggc.runtime import kernel_ops, loading
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import causal_rows
 
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    v = models.load(args.model, models.parse_dtype(args.dtype), 1024)
+    v = loading.load(args.model, loading.parse_dtype(args.dtype), 1024)
     if not args.out.exists():
         kernel_library.build()
         lower.exported_attention = lambda device: FORMULATIONS[args.attention]

@@ -20,7 +20,7 @@ import torch
 from yggc.runtime import Runtime
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
 from yggc.runtime.cache_layout import causal_rows, prefill
-from yggc.runtime.models import DEMO_PAIR
+from yggc.runtime.loading import DEMO_PAIR
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.runtime.timing import median_ms
 from yggc.tree.sampling import SamplingParams

@@ -34,11 +34,11 @@ def time_widths(model_dir: str, dtype: str, widths: tuple[int, ...], cores: list
     import torch
     from yggc.passes.profile import profile_context
 
-    from yggc.runtime import models
+    from yggc.runtime import loading
     from yggc.runtime.cache_layout import causal_rows
 
     torch.set_num_threads(len(cores))
-    m = models.load(model_dir, models.parse_dtype(dtype), 1024)
+    m = loading.load(model_dir, loading.parse_dtype(dtype), 1024)
     context = profile_context(m.layout)
     result = {}
     start.wait()

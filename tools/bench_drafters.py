@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from yggc.bench.config import parse_shape
-from yggc.runtime import drafters, models
+from yggc.bench.suite import parse_shape
+from yggc.runtime import drafters, loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.tree.sampling import SamplingParams
 
@@ -51,8 +51,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    dtype = models.parse_dtype(args.dtype)
-    verifier = models.load(models.model_dir(args.model), dtype, 2048)
+    dtype = loading.parse_dtype(args.dtype)
+    verifier = loading.load(loading.model_dir(args.model), dtype, 2048)
     names = {"drafter": args.model_draft, "eagle3" if drafters.drafter_kind(args.model_draft2) == "eagle3"
              else "drafter2": args.model_draft2}
     loaded = {}

@@ -24,21 +24,21 @@ from bench_compiled import add_workload_args, compare_decoders  # tools/ sibling
 from bench_shapes import label, prompt_texts
 from yggc.graphs.fuzzy import FuzzyDrafter, fuzzy_groups
 
-from yggc.bench.config import parse_shape
+from yggc.bench.suite import parse_shape
 from yggc.plan.shape import TreeShape
-from yggc.runtime import drafters, models
+from yggc.runtime import drafters, loading
 from yggc.runtime.cache_layout import prefill
 from yggc.runtime.draft_phase import DraftPhase
 from yggc.runtime.fuzzy_decoder import FuzzyDecoder
 from yggc.runtime.speculative import SpeculativeDecoder
-from yggc.runtime.tensor_parallel import free_port, process_group
+from yggc.runtime.tp_processes import free_port, process_group
 
 WORLD = 2
 
 
 def acceptance(args, shapes: list[TreeShape], sets: list[tuple[str, int]]) -> None:
-    v, d = drafters.load_pair(args.model, args.model_draft, models.parse_dtype(args.dtype), 1024)
-    prompts = [models.encode_prompt(v.tokenizer, t) for t in prompt_texts(args.prompts_file, args.prompts)]
+    v, d = drafters.load_pair(args.model, args.model_draft, loading.parse_dtype(args.dtype), 1024)
+    prompts = [loading.encode_prompt(v.tokenizer, t) for t in prompt_texts(args.prompts_file, args.prompts)]
     for shape in shapes:
         decoders = {f"sequential {label(shape)}": SpeculativeDecoder(v.graph, d.graph, v.layout, shape)}
         for span, size in sets:
@@ -50,8 +50,8 @@ def acceptance(args, shapes: list[TreeShape], sets: list[tuple[str, int]]) -> No
 
 def phase_call(args, world: int, rank: int, shape: TreeShape):
     """A draft phase of the drafter, fuzzy over `world` ranks when world > 1, at a prefilled context."""
-    dtype = models.parse_dtype(args.dtype)
-    drafter = models.load(args.model_draft, dtype, 1024)
+    dtype = loading.parse_dtype(args.dtype)
+    drafter = loading.load(args.model_draft, dtype, 1024)
     fuzzy = FuzzyDrafter(drafter.graph, fuzzy_groups(drafter.graph.cfg.n_layers, WORLD, "all"), rank, world)
     layout = drafter.layout
     phase = DraftPhase(drafter.graph, shape.depth, shape.width, drafter.graph.cfg.vocab_size, layout.trash,

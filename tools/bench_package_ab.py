@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from yggc.runtime import models
+from yggc.runtime import loading
 from yggc.runtime.aoti_package import load_package
 from yggc.runtime.cache_inputs import CacheInputBucket
 from yggc.runtime.cache_layout import causal_rows, prefill
@@ -33,7 +33,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    loaded = models.load(args.model, models.parse_dtype(args.dtype), args.max_seq, weights=False)
+    loaded = loading.load(args.model, loading.parse_dtype(args.dtype), args.max_seq, weights=False)
     runs = [CacheInputBucket(load_package(p), loaded.graph) for p in args.packages]
     ids = torch.randint(0, loaded.graph.cfg.vocab_size, (args.context + 64,), generator=torch.Generator().manual_seed(0))
     prefill(runs[0], ids[:args.context].tolist(), 0, loaded.layout, 64)  # both read the one cache this fills

@@ -24,7 +24,7 @@ import torch
 from yggc.passes.lower import lower_model
 from yggc.passes.profile import bucket_call
 
-from yggc.runtime import models
+from yggc.runtime import loading
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import prefill
 from yggc.runtime.timing import steady_ms_each
@@ -109,7 +109,7 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     widths = [int(w) for w in args.widths.split(",")]
-    loaded = models.load(args.model, models.parse_dtype(args.dtype), args.max_seq)
+    loaded = loading.load(args.model, loading.parse_dtype(args.dtype), args.max_seq)
     with tempfile.TemporaryDirectory() as tmp, torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
         print(f"lowering {args.model} (O2, kernels profiled) ...", flush=True)
         package = lower_model(loaded.graph, max(64, *widths), args.max_seq, Path(tmp) / "verifier.pt2")

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from bench_compiled import add_workload_args, compare_decoders, heldout_texts  # tools/ sibling
 
-from yggc.bench.config import parse_shape
+from yggc.bench.suite import parse_shape
 from yggc.plan.shape import TreeShape
-from yggc.runtime import Runtime, drafters, models
+from yggc.runtime import Runtime, drafters, loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.speculative import SpeculativeDecoder
 
@@ -66,9 +66,9 @@ def main() -> None:
     texts = prompt_texts(args.prompts_file, args.prompts)
     if args.bundle:
         return bundle_shapes(args, shapes, texts)
-    vdir, ddir = (args.model, args.model_draft) if args.model else models.demo_pair_dirs()
+    vdir, ddir = (args.model, args.model_draft) if args.model else loading.demo_pair_dirs()
     v, d = drafters.load_pair(vdir, ddir, torch.float32, 1024)
-    prompts = [models.encode_prompt(v.tokenizer, t) for t in texts]
+    prompts = [loading.encode_prompt(v.tokenizer, t) for t in texts]
     decoders = {"autoregressive": AutoregressiveDecoder(v.graph, v.layout)}
     decoders |= {label(s): SpeculativeDecoder(v.graph, d.graph, v.layout, s) for s in shapes}
     print(f"{vdir} + {ddir}; {len(prompts)} held-out prompts x {args.n} tokens x {args.repeats} repeats, "

@@ -33,11 +33,11 @@ from yggc.passes.lower import lower_bucket
 from yggc.passes.profile import bucket_latency_ms
 
 from yggc.bench.floor import read_gbs, weight_bytes
-from yggc.runtime import models
+from yggc.runtime import loading
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.cache_layout import CacheLayout
-from yggc.runtime.tensor_parallel import free_port, process_group
 from yggc.runtime.timing import median_ms
+from yggc.runtime.tp_processes import free_port, process_group
 
 MODES = ("eager", "aoti", "ingraph", "segments")
 WORLD = 2
@@ -77,7 +77,7 @@ def rank_main(rank: int, args, port: int, tmp: str, results) -> None:
         torch.set_num_threads(1)
         dist.barrier()
         bandwidth = read_gbs(512 * 2**20)
-        graph = tp.load_tp_model(args.model, CacheLayout(args.max_seq).n_slots, models.parse_dtype(args.dtype))
+        graph = tp.load_tp_model(args.model, CacheLayout(args.max_seq).n_slots, loading.parse_dtype(args.dtype))
         layout = CacheLayout(args.max_seq)
         dist.barrier()
         row = torch.zeros(1, graph.cfg.hidden_size)  # one step's all-reduce at width 1, float32
@@ -89,7 +89,7 @@ def rank_main(rank: int, args, port: int, tmp: str, results) -> None:
 
 def single_process(args, tmp: Path) -> dict:
     layout = CacheLayout(args.max_seq)
-    graph = load_model(args.model, layout.n_slots, models.parse_dtype(args.dtype))
+    graph = load_model(args.model, layout.n_slots, loading.parse_dtype(args.dtype))
     out = {"bytes": weight_bytes(graph)}
     for threads in (2, 1):
         torch.set_num_threads(threads)

@@ -17,13 +17,13 @@ import statistics
 import time
 from pathlib import Path
 
-from yggc.bench.prompts import load_prompt_texts
-from yggc.runtime import models
+from yggc.bench.prompt_sets import load_prompt_texts
+from yggc.runtime import loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.tree.sampling import SamplingParams
 
 
-def greedy(model: models.LoadedModel, ids: list[int], n: int) -> tuple[list[int], float]:
+def greedy(model: loading.LoadedModel, ids: list[int], n: int) -> tuple[list[int], float]:
     dec = AutoregressiveDecoder(model.graph, model.layout)
     t0 = time.perf_counter()
     out = [t for chunk in dec.stream(ids, n, SamplingParams()) for t in chunk]
@@ -42,9 +42,9 @@ def main(argv=None) -> dict:
     ap.add_argument("-n", type=int, default=128, help="new tokens per prompt (default 128)")
     ap.add_argument("--json", type=Path, help="write the result here too")
     args = ap.parse_args(argv)
-    path = models.model_dir(args.model)
+    path = loading.model_dir(args.model)
     texts, source = load_prompt_texts(args.prompts_file)
-    loaded = {d: models.load(path, models.parse_dtype(d), 1024) for d in ("float32", "bfloat16")}
+    loaded = {d: loading.load(path, loading.parse_dtype(d), 1024) for d in ("float32", "bfloat16")}
     rows = []
     for text in texts[:args.prompts]:
         ids = loaded["float32"].tokenizer.encode(text).ids

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from yggc.bench.openvino_ir import WEIGHT_FORMATS, export_ir
 from yggc.errors import USER_ERRORS
-from yggc.runtime.models import model_dir
+from yggc.runtime.loading import model_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,7 +100,7 @@ def use_source_tree(root: Path = ROOT) -> None:
 
 
 def heldout_prompts(n: int) -> list[str]:
-    from yggc.bench.prompts import load_prompt_texts
+    from yggc.bench.prompt_sets import load_prompt_texts
 
     return load_prompt_texts(None)[0][:n]  # the demo pair's held-out prompts
 
@@ -110,7 +110,7 @@ def sec_curve(ctx: Context, which: str) -> Iterator[Row]:
     import torch
 
     from yggc.runtime.autoregressive import PREFILL_CHUNK
-    from yggc.runtime.models import demo_pair_dirs, load
+    from yggc.runtime.loading import demo_pair_dirs, load
 
     prompts = None
     if which == "smollm2":
@@ -186,7 +186,7 @@ def sec_tensorrt(ctx: Context) -> Iterator[Row]:
     from yggc.passes.lower_tensorrt import lower_bucket_tensorrt
 
     from yggc.runtime.buckets import CompiledModel
-    from yggc.runtime.models import demo_pair_dirs, load
+    from yggc.runtime.loading import demo_pair_dirs, load
 
     yield Row("tensorrt", "torch-tensorrt", torch_tensorrt.__version__)
     model, t0 = load(demo_pair_dirs()[0], torch.float32, ctx.max_seq, "cuda"), time.time()
@@ -204,7 +204,7 @@ def sec_demo(ctx: Context, dtype_name: str) -> Iterator[Row]:
     from yggc.plan.shape import TreeShape
     from yggc.runtime import Runtime
     from yggc.runtime.autoregressive import AutoregressiveDecoder
-    from yggc.runtime.models import demo_pair_dirs, parse_dtype
+    from yggc.runtime.loading import demo_pair_dirs, parse_dtype
 
     s = "demo-" + {"bfloat16": "bf16", "float32": "fp32"}[dtype_name]
     job = CompileJob(*demo_pair_dirs(), ctx.work / f"{s}.bundle", TreeShape(*DEMO_SHAPE), dtype=parse_dtype(dtype_name),

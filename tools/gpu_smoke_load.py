@@ -30,7 +30,7 @@ def tiny_packages(ctx: Context, device: str) -> tuple[object, dict[int, Path]]:
     import torch
     from yggc.passes.lower import lower_bucket
 
-    from yggc.runtime.models import load
+    from yggc.runtime.loading import load
 
     folder = ctx.work / f"aoti-load-{device}"
     model = load(write_random_llama(TINY_LLAMA, folder / "ckpt", device), torch.float32, MAX_SEQ, device)

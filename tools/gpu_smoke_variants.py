@@ -95,7 +95,7 @@ def llama_case(folder: Path, device: str, opt: str, overrides: dict) -> None:
     from yggc.passes.lower import lower_bucket, lower_model
 
     from yggc.runtime.buckets import graph_constants
-    from yggc.runtime.models import load
+    from yggc.runtime.loading import load
 
     graph = load(write_random_llama(TINY_LLAMA, folder / "ckpt", device), torch.float32, MAX_SEQ, device).graph
     args = inputs(1, device)

@@ -8,17 +8,17 @@ import pytest
 import torch
 from gguf_files import write_gguf
 
-from yggc.bench.config import BenchConfig
 from yggc.bench.harness import skip_reason
 from yggc.bench.llama_cpp import cached_gguf, gguf_weight_type, llama_cpp_row, row_gguf, sampler_kwargs
 from yggc.bench.runners import yggc_runner
+from yggc.bench.suite import BenchConfig
 from yggc.cli import main
 from yggc.errors import YggcError
-from yggc.runtime import models
+from yggc.runtime import loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.tree.sampling import SamplingParams
 
-DEMO_VERIFIER = models.demo_pair_dirs()[0]
+DEMO_VERIFIER = loading.demo_pair_dirs()[0]
 
 
 def test_missing_llama_cpp_is_one_error_line(monkeypatch, capsys):
@@ -44,7 +44,7 @@ def test_llama_cpp_gguf_needs_a_file(tmp_path):
 def test_bench_takes_a_gguf_verifier_as_the_llama_cpp_gguf_file(tmp_path, monkeypatch):
     from yggc.cli.bench import add_bench_args, make_config
 
-    monkeypatch.setattr(models, "GGUF_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(loading, "GGUF_CACHE", tmp_path / "cache")
     path = write_gguf(DEMO_VERIFIER, tmp_path / "demo.gguf")
     parser = argparse.ArgumentParser()
     add_bench_args(parser)
@@ -76,7 +76,7 @@ def test_llama_cpp_greedy_equals_yggc_on_the_f32_export(tmp_path):
     cfg = BenchConfig(verifier=DEMO_VERIFIER, drafter=None, rows=("llama.cpp",), max_seq=256, bundle_cache=tmp_path / "b")
     row = llama_cpp_row("llama.cpp", cfg)
     assert row.runs_as.endswith("F32 GGUF")
-    verifier = models.load(DEMO_VERIFIER, torch.float32, 256)
+    verifier = loading.load(DEMO_VERIFIER, torch.float32, 256)
     ar = yggc_runner(AutoregressiveDecoder(verifier.graph, verifier.layout))
     greedy = SamplingParams(0.0)
     for prompt in ([5, 17, 3, 250, 42], [100, 7, 7, 900, 12, 64, 3]):

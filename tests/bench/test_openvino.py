@@ -12,10 +12,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from yggc.bench.config import DEFAULT_ROWS, LLAMA_CPP_ROWS, OPENVINO_ROWS, BenchConfig
 from yggc.bench.harness import skip_reason
 from yggc.bench.openvino import device_config, encoded_result, generation_kwargs, inference_precision
 from yggc.bench.openvino_ir import cached_ir, export_command, weight_format
+from yggc.bench.suite import DEFAULT_ROWS, LLAMA_CPP_ROWS, OPENVINO_ROWS, BenchConfig
 from yggc.cli import main
 from yggc.errors import YggcError
 from yggc.tree.sampling import SamplingParams

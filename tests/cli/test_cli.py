@@ -131,7 +131,7 @@ def test_bad_calibration_input_fails_before_compiling(capsys, tmp_path):
 def test_demo_compile_calibrates_unless_a_shape_is_given():
     from yggc.cli.compile import compile_pair
     from yggc.cli.main import build_parser
-    from yggc.runtime.models import DEMO_CALIB, demo_pair_dirs
+    from yggc.runtime.loading import DEMO_CALIB, demo_pair_dirs
 
     args = build_parser().parse_args(["compile", "-o", "b"])
     assert compile_pair(args) == demo_pair_dirs() and args.calib == [str(DEMO_CALIB)] and DEMO_CALIB.is_file()

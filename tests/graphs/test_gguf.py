@@ -13,7 +13,7 @@ from yggc.graphs import CheckpointError, load_model, load_tokenizer
 from yggc.graphs.gguf_import import cached_import, import_gguf
 
 from yggc.cli.main import main
-from yggc.runtime import models
+from yggc.runtime import loading
 from yggc.runtime.cache_layout import causal_rows
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
@@ -71,7 +71,7 @@ def test_q8_0_weights_dequantize_like_llama_cpp(hf_pair, tmp_path):
 
 
 def test_tree_decoding_from_gguf_equals_autoregressive(gguf_pair, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(models, "GGUF_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(loading, "GGUF_CACHE", tmp_path / "cache")
     common = ["run", "-m", str(gguf_pair[0]), "--prompt-ids", "5,17,3,250", "-n", "40", "--json"]
     outs = []
     for extra in ([], ["-md", str(gguf_pair[1]), "--depth", "3", "--width", "2"],
@@ -86,14 +86,14 @@ def test_tree_decoding_from_gguf_equals_autoregressive(gguf_pair, tmp_path, monk
 
 def test_chat_uses_the_template_and_stops_at_end_of_turn(gguf_pair, tmp_path, monkeypatch, capsys):
     transformers = pytest.importorskip("transformers")
-    monkeypatch.setattr(models, "GGUF_CACHE", tmp_path / "cache")
+    monkeypatch.setattr(loading, "GGUF_CACHE", tmp_path / "cache")
     folder = cached_import(gguf_pair[0], tmp_path / "cache")
     hf_tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"), chat_template=CHATML)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "def add(a, b):"}]
     rendered = hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    loaded = models.load(folder, torch.float32, 256)
+    loaded = loading.load(folder, torch.float32, 256)
     assert loaded.chat.render(messages) == rendered
-    assert models.encode_chat(loaded, messages) == loaded.tokenizer.encode(rendered).ids
+    assert loading.encode_chat(loaded, messages) == loaded.tokenizer.encode(rendered).ids
     assert 0 in loaded.eos_ids  # the template's end-of-turn token
     assert main(["run", "-m", str(gguf_pair[0]), "--system", "Be brief.", "--chat", "def add(a, b):",
                  "-n", "20", "--json"]) == 0

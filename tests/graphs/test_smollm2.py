@@ -14,9 +14,9 @@ from safetensors.torch import load_file, save_file
 from yggc.graphs import load_model
 from yggc.graphs.gguf_import import cached_import
 
+from yggc.pinned_models import CACHE, MODELS
 from yggc.plan.shape import TreeShape
-from yggc.pull import CACHE, MODELS
-from yggc.runtime import drafters, models
+from yggc.runtime import drafters, loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
@@ -52,7 +52,7 @@ def transformers_reference(gguf_path: Path):
 
 def test_logits_equal_transformers_gguf_loading(smollm2):
     ref = transformers_reference(GGUF)
-    tok = models.load(smollm2, torch.float32, 64).tokenizer
+    tok = loading.load(smollm2, torch.float32, 64).tokenizer
     graph = load_model(smollm2, 64, torch.float32)
     for text in PROMPTS + ["<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"]:
         ids = tok.encode(text).ids
@@ -100,7 +100,7 @@ def test_greedy_tree_decoding_equals_autoregressive(pair_and_reference, prompt, 
         assert spec.stats.n_iterations < N_NEW  # drafts were accepted, so this was real speculation
 
 
-SHIPPED_DRAFTER = Path(models.__file__).parents[1] / "smollm2_drafter"
+SHIPPED_DRAFTER = Path(loading.__file__).parents[1] / "smollm2_drafter"
 
 
 @pytest.mark.skipif(not (SHIPPED_DRAFTER / "model.safetensors").is_file(), reason="no shipped SmolLM2 drafter")
@@ -121,14 +121,14 @@ def test_shipped_drafter_is_lossless_in_bfloat16(smollm2):
     assert spec.stats.n_iterations < n * 2 // 3  # more than 1.5 tokens per iteration
 
 
-SHIPPED_EAGLE3 = Path(models.__file__).parents[1] / "smollm2_eagle3"
+SHIPPED_EAGLE3 = Path(loading.__file__).parents[1] / "smollm2_eagle3"
 
 
 @pytest.mark.skipif(not (SHIPPED_EAGLE3 / "model.safetensors").is_file(), reason="no shipped SmolLM2 EAGLE-3 head")
 def test_shipped_eagle3_head_is_lossless(smollm2):
     """The trained EAGLE-3 head in the package (float32 verifier, eager): tree decoding of a held-out chat prompt
     equals autoregressive decoding, with drafts accepted."""
-    verifier = models.load(smollm2, torch.float32, 512)
+    verifier = loading.load(smollm2, torch.float32, 512)
     head = drafters.load_drafter(SHIPPED_EAGLE3, verifier, torch.float32)
     text = json.loads((SHIPPED_DRAFTER / "prompts.json").read_text())["prompts"][1]["text"]
     ids = verifier.tokenizer.encode(text).ids

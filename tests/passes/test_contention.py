@@ -8,11 +8,11 @@ import sys
 import time
 
 import pytest
-
-from yggc.cli.inspect import plan_warnings
 from yggc.passes import contention
 from yggc.passes.choose_shape import estimate_off
 from yggc.passes.contention import CpuUse, busy_seconds, measure_until_quiet
+
+from yggc.cli.inspect import plan_warnings
 
 
 def test_busy_seconds_count_every_state_but_idle_and_iowait():

@@ -85,7 +85,7 @@ def test_decode_check_spreads_its_windows_over_the_calibration_text(tmp_path):
     from yggc.passes.calibrate import CalibrationSpec, calibration_prompts
     from yggc.passes.decode_check import CHECK_PROMPTS, check_prompts
 
-    from yggc.runtime.models import demo_pair_dirs, load_tokenizer
+    from yggc.runtime.loading import demo_pair_dirs, load_tokenizer
 
     tok = load_tokenizer(demo_pair_dirs()[0])
     (tmp_path / "calib.txt").write_text("def f(x):\n    return x + 1\n" * 200)

@@ -63,7 +63,7 @@ def test_compile_loads_the_drafter_on_the_jobs_device_too(monkeypatch, tmp_path)
     from yggc.passes import pipeline
 
     from yggc.plan.shape import TreeShape
-    from yggc.runtime.models import demo_pair_dirs
+    from yggc.runtime.loading import demo_pair_dirs
 
     seen = {}
     monkeypatch.setattr(pipeline, "verifier_loader",
@@ -84,7 +84,7 @@ def test_a_cuda_compile_test_loads_one_package_in_a_child_before_loading_any_in_
     from yggc.passes import pipeline
 
     from yggc.plan.shape import TreeShape
-    from yggc.runtime.models import demo_pair_dirs
+    from yggc.runtime.loading import demo_pair_dirs
 
     load_on_cpu = pipeline.load_checked_pair
     monkeypatch.setattr(pipeline, "load_checked_pair", lambda job: load_on_cpu(dataclasses.replace(job, device="cpu")))

@@ -28,8 +28,8 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.runtime.cache_inputs import HeadBucket
 from yggc.runtime.cache_layout import causal_rows
+from yggc.runtime.constants_map import SUFFIX as CONSTANTS_SUFFIX
 from yggc.runtime.eagle3_decoder import Eagle3Decoder
-from yggc.runtime.package_constants import SUFFIX as CONSTANTS_SUFFIX
 from yggc.tree.sampling import SamplingParams
 
 pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)

@@ -15,7 +15,7 @@ from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.runtime.cache_layout import causal_rows
-from yggc.runtime.package_constants import constants_path
+from yggc.runtime.constants_map import constants_path
 
 pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
 

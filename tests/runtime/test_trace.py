@@ -2,7 +2,7 @@
 import torch
 
 from yggc.plan.shape import TreeShape
-from yggc.runtime import models
+from yggc.runtime import loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.drafters import load_pair, speculative_decoder
@@ -10,7 +10,7 @@ from yggc.tree.sampling import SamplingParams
 
 
 def test_traced_decoding_is_unchanged_and_every_iteration_is_spanned():
-    v, d = load_pair(*models.demo_pair_dirs(), torch.float32, 128)
+    v, d = load_pair(*loading.demo_pair_dirs(), torch.float32, 128)
     verifier, drafter = CompiledModel(v.graph, {}), CompiledModel(d.graph, {})  # eager, but traced per call
     prompt = [3, 1, 4, 1, 5]
     ar = AutoregressiveDecoder(v.graph, v.layout)

@@ -13,7 +13,7 @@ import torch
 
 from yggc.cli.main import main
 from yggc.plan.shape import TreeShape
-from yggc.runtime import drafters, models
+from yggc.runtime import drafters, loading
 from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.runtime import Runtime
 
@@ -32,7 +32,7 @@ def slowed(stream_tokens, step_s: float):
 
 
 def demo_runtime(step_s: float) -> Runtime:
-    verifier_dir, drafter_dir = models.demo_pair_dirs()
+    verifier_dir, drafter_dir = loading.demo_pair_dirs()
     verifier, drafter = drafters.load_pair(verifier_dir, drafter_dir, torch.float32, 512)
     compiled = {"verifier": CompiledModel(verifier.graph, {}), "drafter": CompiledModel(drafter.graph, {})}
     runtime = Runtime(verifier_dir, None, verifier, drafter, compiled, TreeShape(3, 2, 5))

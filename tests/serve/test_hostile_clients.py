@@ -193,7 +193,7 @@ def test_the_shipped_chat_template_reaches_the_bundle(tmp_path):
     from yggc.passes.write_bundle import BundleWriter
 
     from yggc.runtime.chat import load_chat_template
-    from yggc.runtime.models import demo_pair_dirs, load_tokenizer
+    from yggc.runtime.loading import demo_pair_dirs, load_tokenizer
 
     verifier = demo_pair_dirs()[0]
     template = load_chat_template(verifier)

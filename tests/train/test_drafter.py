@@ -11,8 +11,7 @@ from checkpoints import write_checkpoint
 from safetensors.torch import load_file
 
 from yggc.cli.main import main
-from yggc.train import prompts as drafter_prompts
-from yggc.train import shards, student
+from yggc.train import shards, stdlib_prompts, student
 from yggc.train.loop import batch_indices
 from yggc.train.presets import DRAFTER_PRESETS
 
@@ -36,8 +35,8 @@ def corpus(tmp_path_factory):
 
 
 def test_prompts_are_stable_disjoint_and_skip_private(corpus):
-    train, held = drafter_prompts.build_prompts(False, corpus), drafter_prompts.build_prompts(True, corpus)
-    assert train == drafter_prompts.build_prompts(False, corpus)
+    train, held = stdlib_prompts.build_prompts(False, corpus), stdlib_prompts.build_prompts(True, corpus)
+    assert train == stdlib_prompts.build_prompts(False, corpus)
     assert train and held and not set(train) & set(held)
     assert len(train) + len(held) == 120  # 40 files x 3 public functions
     assert not any("_private" in p or "hidden" in p for p in train + held)
@@ -46,9 +45,9 @@ def test_prompts_are_stable_disjoint_and_skip_private(corpus):
 
 
 def test_instruction_fills_every_template():
-    item = drafter_prompts.DocItem("a/b.py", "a.b", "f", "(x)", "Do things.\n\nMore.", "def f(x):\n    pass",
+    item = stdlib_prompts.DocItem("a/b.py", "a.b", "f", "(x)", "Do things.\n\nMore.", "def f(x):\n    pass",
                                    "def f(x):\n    pass")
-    for template in drafter_prompts.TEMPLATES:
+    for template in stdlib_prompts.TEMPLATES:
         text = template.format(name=item.name, signature=item.signature, module=item.module, summary="Do things.",
                                code=item.code, code_nodoc=item.code_nodoc, doc=item.doc)
         assert "{" not in text.replace("{x}", "")
@@ -56,12 +55,12 @@ def test_instruction_fills_every_template():
 
 def test_reference_answers_pair_with_their_instructions(corpus):
     for heldout in (False, True):
-        pairs = drafter_prompts.build_pairs(heldout, corpus)
-        assert [q for q, _ in pairs] == drafter_prompts.build_prompts(heldout, corpus)
+        pairs = stdlib_prompts.build_pairs(heldout, corpus)
+        assert [q for q, _ in pairs] == stdlib_prompts.build_prompts(heldout, corpus)
         marks = lambda text: set(re.findall(r"op_(\d+)_(\d+)", text)) | set(re.findall(r"thing (\d+)\.(\d+)", text))  # noqa: E731
         for question, answer in pairs:  # each answer is made from the same object as its question
             assert "{" not in answer and len(marks(question)) == 1 and marks(answer) == marks(question)
-    assert len(drafter_prompts.ANSWERS) == len(drafter_prompts.TEMPLATES)
+    assert len(stdlib_prompts.ANSWERS) == len(stdlib_prompts.TEMPLATES)
 
 
 def test_batches_are_epoch_permutations_and_pure():
@@ -131,7 +130,7 @@ def test_resumed_training_equals_one_run_and_exports(target, corpus, tmp_path, c
     assert cfg["vocab_size"] == json.loads((target / "config.json").read_text())["vocab_size"]
     assert (tmp_path / "one" / "drafter" / "tokenizer.json").read_bytes() == (target / "tokenizer.json").read_bytes()
     prompts = json.loads((Path(one["drafter"]) / "prompts.json").read_text())["prompts"]
-    assert prompts and set(p["text"] for p in prompts) == set(drafter_prompts.build_prompts(True, corpus))
+    assert prompts and set(p["text"] for p in prompts) == set(stdlib_prompts.build_prompts(True, corpus))
     assert (Path(one["drafter"]) / "calib.txt").read_text().strip()
     assert 0.0 <= one["heldout_top1_agreement"] <= one["heldout_top3_agreement"] <= 1.0
 
@@ -146,7 +145,7 @@ def test_chat_prompts_alternate_with_the_stdlib_ones_and_are_scored_apart(target
     tok, _ = shards.chat_tokenizer(target)
     first = shards.read_samples(tmp_path / "a" / "data" / "train")[0]
     assert tok.decode(first.ids[:first.answer_start]) == "Can you tell me a fact about the number 0?"
-    assert drafter_prompts.alternate(["a", "b", "c"], ["x"]) == ["a", "x", "b", "c"]
+    assert stdlib_prompts.alternate(["a", "b", "c"], ["x"]) == ["a", "x", "b", "c"]
     capsys.readouterr()
     assert main(["train", "drafter", "--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
                  "--out", str(tmp_path / "a"), "--threads", "1", "--steps", "1"]) == 2  # same folder, no chat prompts

@@ -10,7 +10,7 @@ from checkpoints import write_checkpoint
 from yggc.cli.main import main
 from yggc.errors import YggcError
 from yggc.runtime.chat import ChatTemplate
-from yggc.train import magpie, prompts
+from yggc.train import magpie, stdlib_prompts
 from yggc.train.magpie import MagpieSpec
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -117,7 +117,7 @@ def test_chat_prompts_file_errors_name_the_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("{}")
     with pytest.raises(YggcError, match="x.json: not a chat_prompts.json"):
-        prompts.read_chat_prompts(bad, "train")
+        stdlib_prompts.read_chat_prompts(bad, "train")
     bad.write_text(json.dumps({"train": [1, 2]}))
     with pytest.raises(YggcError, match="not a list of texts"):
-        prompts.read_chat_prompts(bad, "train")
+        stdlib_prompts.read_chat_prompts(bad, "train")

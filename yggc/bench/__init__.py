@@ -1,5 +1,5 @@
 """`yggc bench`: yggc's decoders side by side with transformers, one process, rows interleaved.
 
-config (what to run) <- rows (samples, statistics) <- runners, floor, report <- harness (the loop).
+suite (what to run) <- rows (samples, statistics) <- runners, floor, report <- harness (the loop).
 May import the runtime, tree, plan and bundle; the runtime never imports it.
 """

@@ -19,9 +19,9 @@ import torch
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.timing import median_ms
 from ..tree.sampling import SamplingParams
-from .config import BenchConfig
-from .models import Models
+from .model_cache import Models
 from .rows import Row, median, sampling_params
+from .suite import BenchConfig
 
 
 def read_gbs(n_bytes: int, repeats: int = 7) -> float:

@@ -21,11 +21,19 @@ from dataclasses import dataclass
 
 from ..errors import YggcError
 from ..plan.shape import TreeShape
-from ..runtime import models
+from ..runtime import loading
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.drafters import check_drafter, drafter_kind
 from ..tree.sampling import SamplingParams
-from .config import (
+from .floor import physical_floor
+from .llama_cpp import llama_cpp_row, require_llama_cpp
+from .model_cache import Models, cached_bundles
+from .openvino import openvino_row, require_openvino_genai
+from .prompt_sets import check_fits, make_prompts
+from .report import efficiency_lines, plot, require_matplotlib, shape_label, summary_lines, table, to_json
+from .rows import Row, Runner, Sample, reference_row, sampling_params
+from .runners import have_transformers, hf_runner, require_transformers, yggc_runner
+from .suite import (
     BUNDLE_ROWS,
     DRAFTER_ROWS,
     HF_ROWS,
@@ -36,14 +44,6 @@ from .config import (
     BenchConfig,
     log,
 )
-from .floor import physical_floor
-from .llama_cpp import llama_cpp_row, require_llama_cpp
-from .models import Models, cached_bundles
-from .openvino import openvino_row, require_openvino_genai
-from .prompts import check_fits, make_prompts
-from .report import efficiency_lines, plot, require_matplotlib, shape_label, summary_lines, table, to_json
-from .rows import Row, Runner, Sample, reference_row, sampling_params
-from .runners import have_transformers, hf_runner, require_transformers, yggc_runner
 
 
 def tune_shape(name: str, shapes: Iterable[TreeShape], make: Callable[[TreeShape], Runner], prompt: list[int],
@@ -205,8 +205,8 @@ def run_benchmark(cfg: BenchConfig) -> Report:
         require_llama_cpp()
     if cfg.drafter is not None:
         check_drafter(cfg.verifier, cfg.drafter)
-    tokenizer = models.load_tokenizer(cfg.verifier)
-    prompts, source = make_prompts(cfg, tokenizer, models.load_config(cfg.verifier).vocab_size)
+    tokenizer = loading.load_tokenizer(cfg.verifier)
+    prompts, source = make_prompts(cfg, tokenizer, loading.load_config(cfg.verifier).vocab_size)
     check_fits(prompts, cfg)
     measured, warm = prompts[:-1], prompts[-1]
     factory = RowFactory(cfg, warm, sampling_params(cfg.temperature, 12345))

@@ -24,9 +24,9 @@ import torch
 from ..errors import YggcError
 from ..graphs.gguf_export import export_gguf
 from ..tree.sampling import SamplingParams
-from .config import BenchConfig, log
-from .models import model_key
+from .model_cache import model_key
 from .rows import Result, Row, Runner
+from .suite import BenchConfig, log
 
 EXPORT_TYPES = {"float32": "F32", "bfloat16": "BF16"}  # bench dtype -> GGUF weight type of the llama.cpp row
 

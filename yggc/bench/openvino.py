@@ -31,9 +31,9 @@ import torch
 
 from ..errors import YggcError
 from ..tree.sampling import SamplingParams
-from .config import BenchConfig, log
 from .openvino_ir import cached_ir, is_ir, weight_format
 from .rows import Result, Row, Runner
+from .suite import BenchConfig, log
 
 
 def require_openvino_genai():

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from ..errors import YggcError
-from .config import log
-from .models import model_key
+from .model_cache import model_key
+from .suite import log
 
 WEIGHT_FORMATS = ("fp16", "fp32")
 INSTALL_EXPORTER = ("pip install 'optimum-intel[openvino]' (into a separate virtualenv if it would change this "

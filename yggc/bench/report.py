@@ -30,8 +30,8 @@ import torch
 from .. import __version__
 from ..errors import YggcError
 from ..plan.shape import TreeShape
-from .config import BenchConfig
 from .rows import Row, mean_accepted, median, p90
+from .suite import BenchConfig
 
 
 def shape_label(shape: TreeShape) -> str:

@@ -80,16 +80,16 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    from ..bench.config import BENCH_PAIR
+    from ..bench.suite import BENCH_PAIR
     from ..bundle import load_manifest, weights_in_bundle
     from ..errors import YggcError
-    from ..runtime import models
+    from ..runtime import loading
 
     if args.model_draft is not None and args.model is None:
         raise YggcError("-md needs -m: name the verifier the drafter belongs to")
     if args.model is not None:
-        drafter = None if args.model_draft is None else models.model_dir(args.model_draft)
-        return models.model_dir(args.model), drafter
+        drafter = None if args.model_draft is None else loading.model_dir(args.model_draft)
+        return loading.model_dir(args.model), drafter
     if args.bundle is not None:
         if not weights_in_bundle(load_manifest(args.bundle), "verifier"):
             raise YggcError(f"{args.bundle} keeps the verifier's weights only in its compiled package (O2), and the "
@@ -97,11 +97,11 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
         return args.bundle / "verifier", args.bundle / "drafter"
     if not args.quick and all((BENCH_PAIR / r / "config.json").exists() for r in ("verifier", "drafter")):
         return BENCH_PAIR / "verifier", BENCH_PAIR / "drafter"
-    return models.demo_pair_dirs()
+    return loading.demo_pair_dirs()
 
 
 def make_config(args: argparse.Namespace):
-    from ..bench.config import (
+    from ..bench.suite import (
         ASSISTANT_TOKENS,
         BUNDLE_CACHE,
         CHAIN_DEPTHS,
@@ -113,7 +113,7 @@ def make_config(args: argparse.Namespace):
     )
     from ..bundle import load_manifest
     from ..errors import YggcError
-    from ..runtime import models
+    from ..runtime import loading
 
     verifier, drafter = resolve_pair(args)
     manifest = load_manifest(args.bundle) if args.bundle is not None else None
@@ -128,7 +128,7 @@ def make_config(args: argparse.Namespace):
         n_prompts=args.prompts or sizes["prompts"], n_new=args.n or sizes["n"],
         repeats=args.repeats or sizes["repeats"], temperature=args.temp,
         dtype=args.dtype or (manifest.dtype if manifest else "float32"),
-        max_seq=args.max_seq or (manifest.max_seq if manifest else models.context_length(verifier, None)),
+        max_seq=args.max_seq or (manifest.max_seq if manifest else loading.context_length(verifier, None)),
         quick=args.quick, prompts_file=args.prompts_file,
         chain_depths=tuple(args.chain_depths) if args.chain_depths else CHAIN_DEPTHS,
         tree_grid=tuple(parse_shape(s) for s in args.tree_grid) if args.tree_grid else TREE_GRID,

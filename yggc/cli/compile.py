@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import YggcError
-from ..runtime import models
+from ..runtime import loading
 from ..runtime.device import resolve_device
 from .run import tp_world, tree_shape
 
@@ -38,7 +38,7 @@ DEFAULT_OPT = {"cpu": "O2", "cuda": "O1"}
 
 def compile_command(args: argparse.Namespace) -> int:
     from ..passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
-    from ..runtime.tensor_parallel import launched_world
+    from ..runtime.tp_processes import launched_world
 
     signal.signal(signal.SIGTERM, _interrupt)
     check_target(args)  # before anything slow
@@ -50,8 +50,8 @@ def compile_command(args: argparse.Namespace) -> int:
 
         return launch_ranks(world, compile_command, args)
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
-                     None if calib else tree_shape(args), models.parse_dtype(args.dtype),
-                     models.context_length(verifier_dir, args.max_seq), args.device, args.overwrite,
+                     None if calib else tree_shape(args), loading.parse_dtype(args.dtype),
+                     loading.context_length(verifier_dir, args.max_seq), args.device, args.overwrite,
                      opt=args.opt or ("O1" if world > 1 else DEFAULT_OPT[args.device]), calib=calib,
                      backend=args.backend, tp=world)
     warn_if_busy()
@@ -95,11 +95,11 @@ def compile_pair(args: argparse.Namespace) -> tuple[Path, Path]:
     """-m/-md, or the embedded demo pair (with its own calibration text unless a shape is given)."""
     if args.model is None and args.model_draft is None:
         if not args.calib and not (args.depth or args.width or args.verify):
-            args.calib = [str(models.DEMO_CALIB)]
-        return models.demo_pair_dirs()
+            args.calib = [str(loading.DEMO_CALIB)]
+        return loading.demo_pair_dirs()
     if args.model is None or args.model_draft is None:
         raise YggcError("compile needs both -m VERIFIER and -md DRAFTER (or neither, for the demo pair)")
-    return models.model_dir(args.model), models.model_dir(args.model_draft)
+    return loading.model_dir(args.model), loading.model_dir(args.model_draft)
 
 
 def warn_if_busy() -> None:

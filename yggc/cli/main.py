@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 def leave_ranks(completed: bool) -> None:
     """Started by torchrun: leave the process group the command joined, at a barrier after a completed one."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from ..runtime.tensor_parallel import leave
+        from ..runtime.tp_processes import leave
 
         leave(completed)
 

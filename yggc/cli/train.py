@@ -18,7 +18,7 @@ POSITIVE = whole_number(1)
 Jobs = argparse._SubParsersAction  # what add_subparsers returns
 # job -> the summary key naming the folder the job wrote (printed on stdout); evaluate prints its table instead
 WRITES = {"pair": "out", "drafter": "drafter", "eagle3": "head", "prompts": "prompts"}
-MODULES = {"prompts": "magpie"}  # job -> its module in yggc.train where the names differ
+MODULES = {"prompts": "magpie", "eagle3": "eagle3_head"}  # job -> its module in yggc.train where the names differ
 
 DESCRIPTION = """Train the models yggc drafts with, on the CPU. Every job is resumable: run the same command again
 to continue a stopped run. Progress goes to stderr; the trained folder's path is printed on stdout."""

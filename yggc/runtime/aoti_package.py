@@ -16,8 +16,8 @@ import torch.utils._pytree as pytree
 
 from ..errors import YggcError
 from . import kernel_ops
+from .constants_map import constants_path, read_constants
 from .file_pages import pages_out_after
-from .package_constants import constants_path, read_constants
 
 MODEL_NAME = "model"  # the name aoti_compile_and_package gives the one model in a package
 
@@ -52,7 +52,7 @@ class Package:
 
 
 def load_package(path: Path, cuda: bool = False) -> Package:
-    """The package at `path`, bound to the constants kept beside it if there are (package_constants.py). CPU:
+    """The package at `path`, bound to the constants kept beside it if there are (constants_map.py). CPU:
     its library's pages given back once it is loaded (a library that holds its constants has copied them out by
     then). CUDA: no event bookkeeping per call (run single-threaded), which a CUDA graph capture would not allow,
     and no page-out (the constants went to the device; the driver's and CUDA libraries' mappings stay

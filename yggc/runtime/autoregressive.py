@@ -9,7 +9,7 @@ import torch
 from ..errors import YggcError
 from ..tree.sampling import SamplingParams, next_token
 from .cache_layout import CacheLayout, causal_rows, prefill
-from .models import device_scope, model_device
+from .loading import device_scope, model_device
 from .stats import DecodeStats
 
 PREFILL_CHUNK = 32

@@ -18,7 +18,7 @@ from ..plan.shape import TreeShape
 from .cache_layout import CacheLayout
 from .draft_phase import DraftPhase
 from .eagle3_decoder import Eagle3Decoder, Eagle3DraftPhase, FeatureVerifyPhase
-from .models import LoadedModel, load
+from .loading import LoadedModel, load
 from .speculative import SpeculativeDecoder
 from .verify_phase import GreedyVerifyPhase
 
@@ -39,7 +39,7 @@ def check_drafter(verifier_dir: str | Path, drafter_dir: str | Path) -> None:
 def load_drafter(drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
                  weights: bool = True) -> LoadedModel:
     """The drafter with the verifier's cache layout (an EAGLE-3 head also gets the verifier's embedding);
-    weights=False: see models.load (a head then reads its feature fusion alone where its folder keeps only that:
+    weights=False: see loading.load (a head then reads its feature fusion alone where its folder keeps only that:
     graphs.eagle3_checkpoint.FUSION_ONLY)."""
     if drafter_kind(drafter_dir) == "llama":
         return load(drafter_dir, dtype, verifier.layout.max_seq, device, weights)

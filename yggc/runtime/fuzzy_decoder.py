@@ -18,7 +18,7 @@ from ..tree.token_tree import tree_mask
 from .cache_layout import CacheLayout
 from .draft_phase import DraftPhase, align_vocab
 from .speculative import Draft, SpeculativeDecoder
-from .tensor_parallel import rank_world
+from .tp_processes import rank_world
 
 
 class FuzzyDecoder(SpeculativeDecoder):

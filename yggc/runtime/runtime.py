@@ -25,14 +25,14 @@ from ..plan.depth_predictor import DepthPolicy
 from ..plan.shape import TreeShape
 from ..tree.sampled_egt import RANK_ACCEPTANCE
 from ..tree.sampling import SamplingParams
-from . import drafters, models
+from . import drafters, loading
 from .autoregressive import AutoregressiveDecoder
 from .buckets import CompiledModel, load_bucket
 from .detokenize import StreamDecoder
 from .device import resolve_device
 from .request_lock import RequestLock
 from .stats import DecodeStats
-from .tensor_parallel import check_world, rank_world, verifier_loader
+from .tp_processes import check_world, rank_world, verifier_loader
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Runtime:
     raises RuntimeBusy with blocking=False) with the bundle's plan: its tree shape, the depth predictor if it
     trained one, the sampling plan for T > 0, or the verifier alone where the compile found the tree slower."""
 
-    def __init__(self, path: Path, manifest: Manifest, verifier: models.LoadedModel, drafter: models.LoadedModel,
+    def __init__(self, path: Path, manifest: Manifest, verifier: loading.LoadedModel, drafter: loading.LoadedModel,
                  compiled: dict[str, CompiledModel], shape: TreeShape, speculate: bool = True):
         self.path, self.manifest, self.shape = path, manifest, shape
         self.speculate = speculate  # the plan's verdict: False when the compiled tree lost to plain decoding
@@ -82,7 +82,7 @@ class Runtime:
         manifest = validate_bundle(path)
         tp = manifest.extra.get("tp", 1)
         check_world(path, tp)
-        dtype = models.parse_dtype(manifest.dtype)
+        dtype = loading.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
         frozen = manifest.extra.get("opt") == "O2"  # the packages carry the weights: load the caches only
         # tp > 1: this rank's slice (joining the process group), for its own verifier packages
@@ -97,7 +97,7 @@ class Runtime:
         return cls._load_buckets(path, manifest, loaded)
 
     @classmethod
-    def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, models.LoadedModel]) -> Runtime:
+    def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, loading.LoadedModel]) -> Runtime:
         compiled, opt, backend = {}, manifest.extra.get("opt", "O1"), manifest.extra.get("backend", "inductor")
         rank = rank_world()[0]
         buckets = [b for b in manifest.buckets if b.get("rank", rank) == rank]  # a TP rank's, and the shared ones
@@ -154,8 +154,8 @@ class Runtime:
         if (prompt is None) == (messages is None):
             raise YggcError("pass a prompt or messages=[{'role': 'user', 'content': ...}], not both or neither")
         if messages is not None:
-            return models.encode_chat(self.verifier, messages)
-        return list(prompt) if isinstance(prompt, list) else models.encode_prompt(self.tokenizer, prompt)
+            return loading.encode_chat(self.verifier, messages)
+        return list(prompt) if isinstance(prompt, list) else loading.encode_prompt(self.tokenizer, prompt)
 
     def stream_tokens(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                       top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None,

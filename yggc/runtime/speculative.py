@@ -30,7 +30,7 @@ from ..tree.verification import verify_tree_sampling
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
 from .cache_layout import CacheLayout, prefill
 from .draft_phase import DraftPhase, align_vocab
-from .models import device_scope, model_device
+from .loading import device_scope, model_device
 from .stats import DecodeStats
 from .trace import NoTrace, StageTrace
 from .verify_phase import GreedyVerifyPhase

@@ -2,7 +2,7 @@
 
 Layered like llama.cpp's server: HTTP (app.py, on FastAPI + uvicorn, the optional `serve` extra; what a
 request must pass first in guards.py), the bounded FIFO queue and its one decoding thread (worker.py), and
-the request as a task (params.py, prompts.py, jobs.py, stop.py), over `Runtime.stream_tokens`. Responses follow the OpenAI wire format (wire.py).
+the request as a task (params.py, prompt_ids.py, jobs.py, stop.py), over `Runtime.stream_tokens`. Responses follow the OpenAI wire format (wire.py).
 
 May import yggc.runtime, yggc.bundle and yggc.errors; nothing but yggc.cli imports it, and importing
 this package imports neither FastAPI nor torch.

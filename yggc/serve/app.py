@@ -28,7 +28,7 @@ from .guards import allowed_hosts, check_auth, check_host, check_json_type, pars
 from .jobs import Delta, Event, Failed, Finished, Job, Started
 from .metrics import Metrics
 from .params import TEXT_DEFAULT_MAX_TOKENS, CompletionRequest, parse_request
-from .prompts import prompt_ids
+from .prompt_ids import prompt_ids
 from .settings import ServeSettings
 from .worker import DecodeWorker
 

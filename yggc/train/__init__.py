@@ -6,10 +6,10 @@ and a resumed run gives the weights of one uninterrupted run):
 - pair.py: a matched verifier/drafter pair on the Python stdlib (the shipped demo pair), evaluate.py its
   held-out metrics;
 - drafter.py: a small standalone drafter distilled from a target's own answers (the shipped SmolLM2 drafter);
-- eagle3.py: an EAGLE-3 head for a verifier (the shipped SmolLM2 head), trained by the training-time test
+- eagle3_head.py: an EAGLE-3 head for a verifier (the shipped SmolLM2 head), trained by the training-time test
   of ttt.py.
 
-What they share: corpus.py (the stdlib corpus and its held-out split), prompts.py (chat prompts made from
+What they share: corpus.py (the stdlib corpus and its held-out split), stdlib_prompts.py (chat prompts made from
 it), shards.py (the target's answers and soft labels), presets.py (sizes and budgets), loop.py (the
 training loop) and student.py (the standalone drafter's model and loss). The runtime never imports this
 package.

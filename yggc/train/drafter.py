@@ -4,7 +4,7 @@ generates itself.
     yggc train drafter --target $(yggc pull smollm2)     # preset smollm2
 
 Stages, each resumable (rerun the same command to continue where it stopped):
-  1. prompts   instructions made from stdlib docstrings and code (prompts.py); files
+  1. prompts   instructions made from stdlib docstrings and code (stdlib_prompts.py); files
                held out by corpus.py's split give the benchmark's chat prompts, never training data
   2. generate  the target answers --prompts training prompts (and the preset's held-out ones)
                through its chat template; its top-k distribution at every answer token is kept
@@ -50,7 +50,6 @@ from .presets import (
     preset_named,
     require_transformers,
 )
-from .prompts import prompt_splits
 from .shards import (
     Sample,
     answer_prompts,
@@ -59,6 +58,7 @@ from .shards import (
     data_folder_name,
     read_samples,
 )
+from .stdlib_prompts import prompt_splits
 from .student import build_student, collate, distill_loss
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def write_bench_files(out: Path, target: Path, heldout: list[str], train_dir: Pa
     tok, chat = chat_tokenizer(target)
     render = (lambda t: chat.render([{"role": "user", "content": t}])) if chat else (lambda t: t)  # noqa: E731
     prompts = [{"text": render(t)} for t in heldout]
-    (out / "prompts.json").write_text(json.dumps({"source": "yggc/train/prompts.py held-out split",
+    (out / "prompts.json").write_text(json.dumps({"source": "yggc/train/stdlib_prompts.py held-out split",
                                                   "prompts": prompts}, indent=1))
     samples = read_samples(train_dir)[:n_calib]
     (out / "calib.txt").write_text("".join(tok.decode(s.ids, skip_special_tokens=False) + "\n" for s in samples))

@@ -7,9 +7,9 @@ from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import new_eagle3
 
 from yggc.runtime.cache_layout import causal_rows
-from yggc.train import eagle3
+from yggc.train import eagle3_head
 from yggc.train.presets import DRAFTER_PRESETS
-from yggc.train.prompts import build_pairs
+from yggc.train.stdlib_prompts import build_pairs
 from yggc.train.ttt import ttt_logits
 
 
@@ -58,18 +58,18 @@ def test_reference_samples_read_each_prompt_then_its_reference_answer(ckpt_root,
                                                    f"    return x * {j}\n\n\n" for j in range(2)))
     v = write_checkpoint(ckpt_root / "ref_v", "llama_gqa", seed=3)  # no chat template: plain text
     tok, max_new = Tokenizer.from_file(str(v / "tokenizer.json")), DRAFTER_PRESETS["tiny"].gen.max_new
-    samples = eagle3.reference_samples(v, "tiny", 6, tmp_path)
+    samples = eagle3_head.reference_samples(v, "tiny", 6, tmp_path)
     pairs = [(q, a) for q, a in build_pairs(False, tmp_path)[:6]
              if len(tok.encode(q).ids) <= DRAFTER_PRESETS["tiny"].gen.max_prompt]
     assert samples and len(samples) == len(pairs)
     for s, (question, answer) in zip(samples, pairs):
         assert s.ids[:s.answer_start] == tok.encode(question).ids
         assert s.ids[s.answer_start:] == tok.encode(answer).ids[:max_new]
-    assert eagle3.reference_samples(v, "tiny", 0) == []
+    assert eagle3_head.reference_samples(v, "tiny", 0) == []
 
 
 def test_a_run_that_reached_its_steps_skips_the_training_features(tmp_path):
-    assert eagle3.saved_step(tmp_path, resume=True) == 0  # nothing saved: train from step 0
+    assert eagle3_head.saved_step(tmp_path, resume=True) == 0  # nothing saved: train from step 0
     (tmp_path / "state.json").write_text('{"step": 800, "seed": 0}')
-    assert eagle3.saved_step(tmp_path, resume=True) == 800  # a rerun with --steps <= 800 only evaluates and exports
-    assert eagle3.saved_step(tmp_path, resume=False) == 0
+    assert eagle3_head.saved_step(tmp_path, resume=True) == 800  # a rerun with --steps <= 800 only evaluates, exports
+    assert eagle3_head.saved_step(tmp_path, resume=False) == 0

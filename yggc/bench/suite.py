@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import YggcError
 from ..plan.shape import TreeShape
-from ..runtime.models import DEMO_PAIR
+from ..runtime.loading import DEMO_PAIR
 
 # table order = set-up order: eager rows first, so the compiled rows' RSS increments show only the bundle
 ROWS = ("hf-ar", "hf-assisted", "openvino", "openvino-spec", "llama.cpp", "llama.cpp-gguf", "yggc-ar-eager", "yggc-chain", "yggc-tree-static",

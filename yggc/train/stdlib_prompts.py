@@ -156,7 +156,7 @@ def alternate(a: list[str], b: list[str]) -> list[str]:
 
 
 def prompt_splits(corpus: Path | None, chat_prompts: Path | None) -> dict[str, list[str]]:
-    """Data split -> its prompt texts: the stdlib prompts (prompts.py), and with a chat_prompts.json of
+    """Data split -> its prompt texts: the stdlib prompts (build_prompts), and with a chat_prompts.json of
     `yggc train prompts` its training prompts alternate with the stdlib ones and its held-out ones are
     the split "heldout-chat"."""
     splits = {"train": build_prompts(False, corpus), "heldout": build_prompts(True, corpus)}

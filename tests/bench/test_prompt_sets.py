@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from yggc.bench.config import PROMPTS_FILE
-from yggc.bench.prompts import load_prompt_texts
+from yggc.bench.prompt_sets import load_prompt_texts
+from yggc.bench.suite import PROMPTS_FILE
 from yggc.errors import YggcError
 
 

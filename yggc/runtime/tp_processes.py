@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 
 from ..errors import USER_ERRORS, YggcError
 from ..graphs.tensor_parallel import load_tp_model
-from . import models
+from . import loading
 
 
 def launched_world() -> int:
@@ -94,16 +94,16 @@ def _rank_graph(path, n_slots: int, dtype: torch.dtype, device, weights: bool = 
 
 
 def load_verifier(model_dir, dtype: torch.dtype, max_seq: int, device: str = "cpu",
-                  weights: bool = True) -> models.LoadedModel:
+                  weights: bool = True) -> loading.LoadedModel:
     """This rank's slice of the verifier (joining the process group first), with the whole model's tokenizer
-    and chat template; models.load's arguments."""
+    and chat template; loading.load's arguments."""
     join(device)
-    return models.load(model_dir, dtype, max_seq, device, weights, graph_loader=_rank_graph)
+    return loading.load(model_dir, dtype, max_seq, device, weights, graph_loader=_rank_graph)
 
 
-def verifier_loader(world: int) -> Callable[..., models.LoadedModel]:
-    """models.load, or on a tensor-parallel degree > 1 load_verifier (this rank's slice); same arguments."""
-    return load_verifier if world > 1 else models.load
+def verifier_loader(world: int) -> Callable[..., loading.LoadedModel]:
+    """loading.load, or on a tensor-parallel degree > 1 load_verifier (this rank's slice); same arguments."""
+    return load_verifier if world > 1 else loading.load
 
 
 def free_port() -> int:

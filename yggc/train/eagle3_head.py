@@ -5,7 +5,7 @@
 Stages, each resumable (rerun the same command to continue):
   1. data      the verifier's answers to chat prompts: the shards `yggc train drafter` writes
                (OUT/data/{train,heldout}, generated here when absent; shards.py), plus --reference
-               training prompts with reference answers made from the stdlib (prompts.build_pairs):
+               training prompts with reference answers made from the stdlib (stdlib_prompts.build_pairs):
                generating answers runs at ~80 tokens/s on 2 cores, a teacher-forced pass at ~350, so
                most of the features come from text the verifier reads rather than writes (as EAGLE's
                fixed-dataset training); the verifier's own answers count twice in the batches
@@ -44,7 +44,6 @@ from .presets import (
     preset_named,
     require_transformers,
 )
-from .prompts import build_pairs, prompt_splits
 from .shards import (
     Sample,
     answer_prompts,
@@ -54,6 +53,7 @@ from .shards import (
     encode_prompts,
     read_samples,
 )
+from .stdlib_prompts import build_pairs, prompt_splits
 from .ttt import ttt_logits, ttt_loss
 
 Tables = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # draft ids [Vd], target -> draft id [V], lm_head rows [Vd, H]

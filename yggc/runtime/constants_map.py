@@ -3,7 +3,7 @@
 A package whose constants sit inside its shared library copies them into a heap blob when it loads, while the
 library's pages it read are still resident: twice the weights at the peak, and the whole library written out of
 the .pt2 archive first. So O2 CPU packages are compiled with no constants inside (passes/lower.py), and the bundle
-keeps them in `<package>.constants.safetensors` (passes/package_constants.py writes it). Each constant is stored
+keeps them in `<package>.constants.safetensors` (passes/external_constants.py writes it). Each constant is stored
 as the raw bytes of its storage (uint8, padded to ALIGN bytes) with its dtype, shape, stride and offset in the
 file's metadata, so the tensor the package gets back is laid out exactly as the one Inductor compiled against,
 and every constant starts ALIGN-aligned in the file. The package is bound to views of the mapped file by

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..errors import YggcError
-from .config import PROMPTS_FILE, RANDOM_PROMPT_LEN, BenchConfig, log
+from .suite import PROMPTS_FILE, RANDOM_PROMPT_LEN, BenchConfig, log
 
 
 def load_prompt_texts(path: Path | None) -> tuple[list[str], str]:

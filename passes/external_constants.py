@@ -1,4 +1,4 @@
-"""Compile side of runtime/package_constants.py: a package compiled with its constants out of its library, and
+"""Compile side of runtime/constants_map.py: a package compiled with its constants out of its library, and
 the constants Inductor compiled it against written beside it, each ALIGN-aligned in the file.
 
 Inductor serialises a package's constants from its graph lowering (`AotCodeCompiler.compile(graph, ...)`); with
@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from torch._inductor.codecache import AotCodeCompiler
 from torch.export import ExportedProgram
 
-from ..runtime.package_constants import ALIGN, LAYOUT_KEY, constants_path
+from ..runtime.constants_map import ALIGN, LAYOUT_KEY, constants_path
 
 
 @contextmanager

@@ -3,11 +3,11 @@ a damaged file is one clear error. (The frozen O2 packages, whose packed weights
 covered end to end by tests/runtime/test_o2.py.)"""
 import pytest
 import torch
-from yggc.passes import package_constants
+from yggc.passes import external_constants
 
 from yggc.errors import YggcError
 from yggc.runtime.aoti_package import load_package
-from yggc.runtime.package_constants import ALIGN, LAYOUT_KEY, constants_path, read_constants
+from yggc.runtime.constants_map import ALIGN, LAYOUT_KEY, constants_path, read_constants
 
 
 class Affine(torch.nn.Module):
@@ -25,7 +25,7 @@ def package(tmp_path_factory):
     module, x = Affine().eval(), torch.randn(5, 64)
     path = tmp_path_factory.mktemp("pc") / "affine.pt2"
     with torch.no_grad():
-        package_constants.compile_beside(torch.export.export(module, (x,)), path, {})
+        external_constants.compile_beside(torch.export.export(module, (x,)), path, {})
     return path, module, x
 
 
@@ -57,7 +57,7 @@ def test_strided_and_offset_constants_come_back_laid_out_as_written(tmp_path):
     Inductor hands over is contiguous today; the format does not rely on it)."""
     base = torch.randn(3, 48)
     written = {"transposed": base.t(), "row": base[1], "bf16": torch.randn(7, 5).bfloat16(), "empty": torch.zeros(0)}
-    back = read_constants(package_constants.write_constants(tmp_path / "x.pt2", written))
+    back = read_constants(external_constants.write_constants(tmp_path / "x.pt2", written))
     for name, t in written.items():
         got = back[name]
         assert (got.dtype, got.shape, got.stride(), got.storage_offset()) == (t.dtype, t.shape, t.stride(),
@@ -90,6 +90,6 @@ def test_opaque_onednn_weights_stay_inside_the_library(tmp_path):
     program = torch.export.export(module, (x,))
     path = tmp_path / "onednn.pt2"
     config = dict(inductor_config("O2", "cpu"), max_autotune_gemm_backends="ATEN")  # no C++ template to pick
-    assert not package_constants.compile_beside(program, path, config)
+    assert not external_constants.compile_beside(program, path, config)
     assert not constants_path(path).exists()
     assert torch.allclose(load_package(path)(x), module(x), atol=1e-5)

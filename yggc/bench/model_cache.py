@@ -12,12 +12,12 @@ from pathlib import Path
 from ..bundle import environment, model_hashes, validate_bundle
 from ..errors import YggcError
 from ..plan.shape import TreeShape
-from ..runtime import models
+from ..runtime import loading
 from ..runtime.drafters import load_drafter, speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
-from .config import BenchConfig, log
 from .report import shape_label
 from .runners import require_transformers
+from .suite import BenchConfig, log
 
 
 def model_key(model: Path) -> str:
@@ -70,7 +70,7 @@ class Models:
     """Everything the rows run on, loaded on first use so each row's RSS increment shows what it added."""
 
     def __init__(self, cfg: BenchConfig, tune: Callable[[str], TreeShape]):
-        self.cfg, self.dtype, self._tune = cfg, models.parse_dtype(cfg.dtype), tune
+        self.cfg, self.dtype, self._tune = cfg, loading.parse_dtype(cfg.dtype), tune
 
     @cached_property
     def hf_verifier(self):
@@ -86,11 +86,11 @@ class Models:
         return AutoModelForCausalLM.from_pretrained(self.cfg.drafter, dtype=self.dtype).eval()
 
     @cached_property
-    def verifier(self) -> models.LoadedModel:
-        return models.load(self.cfg.verifier, self.dtype, self.cfg.max_seq)
+    def verifier(self) -> loading.LoadedModel:
+        return loading.load(self.cfg.verifier, self.dtype, self.cfg.max_seq)
 
     @cached_property
-    def drafter(self) -> models.LoadedModel:
+    def drafter(self) -> loading.LoadedModel:
         return load_drafter(self.cfg.drafter, self.verifier, self.dtype)
 
     @cached_property
