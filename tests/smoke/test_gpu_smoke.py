@@ -1,4 +1,4 @@
-"""tools/gpu_smoke.py on CPU: the no-CUDA path, imports from the source tree, the report writer, the random
+"""tools/gpu/gpu_smoke.py on CPU: the no-CUDA path, imports from the source tree, the report writer, the random
 SmolLM2-shaped checkpoint; its cheap GPU sections where CUDA exists."""
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = ROOT / "tools"
+TOOLS = ROOT / "tools" / "gpu"
 sys.path.insert(0, str(TOOLS))
 
 import gpu_smoke  # noqa: E402

@@ -1,10 +1,10 @@
-"""The aoti-variants section of tools/gpu_smoke.py: which AOTInductor packages load on this device.
+"""The aoti-variants section of tools/gpu/gpu_smoke.py: which AOTInductor packages load on this device.
 
 On an H100 (torch 2.11.0+cu130) the crash is not yggc's loader: torch's own `aoti_load_package` dies of
 SIGSEGV in a fresh process on yggc's O1 CUDA package of a tiny Llama, and the page-out is not the cause
 (aoti-load and aoti-load-pageout both die at the first load; the cause is the compiler that built the
 packages, passes/toolchain.py). This section lowers a few packages that differ in one thing each, then loads
-and calls every one in its own process with tools/segv_backtrace.c preloaded, so a crash is one FAIL row
+and calls every one in its own process with tools/gpu/segv_backtrace.c preloaded, so a crash is one FAIL row
 carrying the native frames:
 
   linear-in-so    a Linear and a mutated buffer, Inductor's default configs (weights in the library)
@@ -36,7 +36,7 @@ LOAD_TIMEOUT_S = 180
 
 
 def backtrace_library(work: Path) -> Path | None:
-    """tools/segv_backtrace.c built into `work` with the system C compiler (None: no compiler)."""
+    """tools/gpu/segv_backtrace.c built into `work` with the system C compiler (None: no compiler)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     out = work / "segv_backtrace.so"
     if cc and not out.exists():

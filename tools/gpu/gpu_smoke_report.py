@@ -1,4 +1,4 @@
-"""Results of tools/gpu_smoke.py: rows, the table, the JSON file, the exit code, the per-section row
+"""Results of tools/gpu/gpu_smoke.py: rows, the table, the JSON file, the exit code, the per-section row
 files of its child processes, and the rows that decoding and equality results become. Stdlib only,
 so the CPU tests check all of it.
 

@@ -1,6 +1,6 @@
 """GPU readiness smoke (issue #21): one command that runs yggc's CUDA half and reports it in one table.
 
-    PYTHONPATH=. python tools/gpu_smoke.py [--sections demo-bf16,smollm2] [--budget-s 500] [--json PATH]
+    PYTHONPATH=. python tools/gpu/gpu_smoke.py [--sections demo-bf16,smollm2] [--budget-s 500] [--json PATH]
 
 Runs from a source checkout with the machine's own torch (>= 2.11) and no `pip install`: yggc,
 yggc.graphs (./graphs) and yggc.passes (./passes) are made importable from the tree (an installed
@@ -22,7 +22,7 @@ Before any section that lowers packages, a toolchain row names the C++ compiler 
                host share of a yggc-full iteration
   demo-fp32    the same in float32
   demo-curve   demo verifier T(W) for --widths: eager / AOTInductor / AOTInductor + CUDA graphs
-  smollm2      random SmolLM2-135M-shaped Llama (tools/smollm2_135m_config.json), bf16: T(W) and
+  smollm2      random SmolLM2-135M-shaped Llama (tools/gpu/smollm2_135m_config.json), bf16: T(W) and
                AR TPOT eager / compiled / compiled + graphs (tokens compared, not a check: random
                weights leave near-ties that kernel rounding may flip)
 
@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
-ROOT = TOOLS.parent
+ROOT = TOOLS.parent.parent  # tools/gpu/ -> the repository
 if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.sections:
             run_section(name, ctx, Path(args.child_rows))
         return 0
-    results = report.Results({"smoke": "tools/gpu_smoke.py", "gpu": torch.cuda.get_device_name(0),
+    results = report.Results({"smoke": "tools/gpu/gpu_smoke.py", "gpu": torch.cuda.get_device_name(0),
                               "torch": torch.__version__, "cuda": torch.version.cuda,
                               "workload": " ".join(workload_args(args)), "budget_s": args.budget_s})
     if set(args.sections) - NO_PACKAGES:

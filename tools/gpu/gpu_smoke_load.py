@@ -1,4 +1,4 @@
-"""The aoti-load sections of tools/gpu_smoke.py: loading several AOTInductor packages on CUDA, step by step.
+"""The aoti-load sections of tools/gpu/gpu_smoke.py: loading several AOTInductor packages on CUDA, step by step.
 
 On an H200 (torch 2.11.0+cu130) a process died of SIGSEGV inside AOTIModelPackageLoader's constructor
 while CompiledModel loaded a bundle's buckets (load, bind, capture CUDA graphs, next package).

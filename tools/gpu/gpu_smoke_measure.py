@@ -1,4 +1,4 @@
-"""Measurements of tools/gpu_smoke.py: random checkpoints, decoding runs, T(W) curves, host share and
+"""Measurements of tools/gpu/gpu_smoke.py: random checkpoints, decoding runs, T(W) curves, host share and
 device bandwidth, each returned as report rows. Imported by the smoke after it has made yggc importable."""
 from __future__ import annotations
 
