@@ -87,7 +87,7 @@ def reads_as_english(text: str) -> bool:
 
 
 def keep(text: str, spec: MagpieSpec) -> bool:
-    """A finished turn worth answering: its length in bounds, English, not a bare greeting of one line."""
+    """A finished turn worth answering: its length within bounds and English."""
     return spec.min_chars <= len(text) <= spec.max_chars and reads_as_english(text)
 
 
