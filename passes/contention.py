@@ -87,10 +87,11 @@ def contention_line(record: dict) -> str:
 
 
 def measure_until_quiet(measure: Callable[[bool], dict], note: Callable[[str], None], tries: int = TRIES,
-                        watch: Callable[[], CpuWatch] = CpuWatch) -> dict:
+                        watch: Callable[[], CpuWatch] | None = None) -> dict:
     """measure(first) -> a profile, taken again while other programs took CPU time meanwhile (first=False:
     measure everything anew, reusing nothing timed before), at most `tries` times; a profile still disturbed
     keeps its contention_record under "contention"."""
+    watch = watch or CpuWatch
     for n in range(1, tries + 1):
         w = watch()
         profile = measure(n == 1)

@@ -269,9 +269,16 @@ def profile_pass(s: CompileState, note: Note) -> str:
     s.decoder = compiled_decoder(s.writer.root, s.loaded, s.compiled, s.buckets, s.shape, s.job)
     timed = {**s.compiled, "drafter": HeadSteps(s.compiled["drafter"])} if s.head else s.compiled
 
-    def measure(first: bool) -> dict:  # the widths timed before calibration are reused on a quiet first try only
-        return profile_models(timed, lowered_widths(s.buckets), s.loaded["verifier"].layout, s.shape,
-                              s.job.profile_repeats, note, s.decoder, s.cal.forward if s.cal and first else None)
+    widths = lowered_widths(s.buckets)
+
+    def measure(first: bool) -> dict:
+        """The widths timed before calibration are reused on the first try; a retry times every bucket again and
+        keeps only what it cannot time itself (an EAGLE-3 head's eager steps, which have no bucket)."""
+        reuse = s.cal.forward if s.cal else None
+        if reuse and not first:
+            reuse = {name: entry for name, entry in reuse.items() if not widths.get(name)}
+        return profile_models(timed, widths, s.loaded["verifier"].layout, s.shape, s.job.profile_repeats, note,
+                              s.decoder, reuse)
 
     s.profile = measure_until_quiet(measure, note)
     if "contention" in s.profile:

@@ -18,7 +18,7 @@ from yggc.graphs.eagle3_checkpoint import (
     save_eagle3,
 )
 from yggc.graphs.packed_table import pack_table
-from yggc.passes import tied_head
+from yggc.passes import contention, tied_head
 from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
@@ -131,7 +131,22 @@ def test_manifest_must_match_the_head(bundles, tmp_path):
         Runtime.load(out)
 
 
-def test_calibrated_eagle3_bundle(tmp_path, capsys):
+class BusyOnce:
+    """contention.CpuWatch stand-in: the first profile saw other programs take a core, the retry a quiet machine."""
+
+    calls = 0
+
+    def __init__(self):
+        type(self).calls += 1
+        self.load = 1.0 if type(self).calls == 1 else 0.0
+
+    def stop(self):
+        from yggc.passes.contention import CpuUse
+
+        return CpuUse(1.0, 0.0, self.load)
+
+
+def test_calibrated_eagle3_bundle(tmp_path, capsys, monkeypatch):
     """--calib with a head: its eager steps are profiled, the calibration text decoded with head trees, a shape
     chosen from those trees, and the chosen shape's phases decode losslessly. O1 (CompileJob's default; the CUDA
     one) in bf16 end to end: weights, KV caches, the fused draft and verify phases. Compiled and eager bf16
@@ -145,10 +160,12 @@ def test_calibrated_eagle3_bundle(tmp_path, capsys):
     spec = CalibrationSpec((calib,), n_prompts=2, prompt_tokens=12, new_tokens=16, max_depth=3, widths=(1, 2),
                            probe=False)  # the verifier's probe widths: two O1 packages fewer
     out = tmp_path / "bundle"
+    monkeypatch.setattr(contention, "CpuWatch", BusyOnce)  # profiled twice: the head's steps, timed once, stay
     compile_bundle(CompileJob(*pair, out, None, dtype=torch.bfloat16, max_seq=128, profile_repeats=1, calib=spec),
                    log=lambda m: None)
     profile = json.loads((out / "profile.json").read_text())
-    assert set(profile["models"]["drafter"]["bucket_ms"]) == {"1", "4", "8"}
+    assert set(profile["models"]["drafter"]["bucket_ms"]) == {"1", "4", "8"} and BusyOnce.calls == 2
+    assert "contention" not in profile  # the retry found the machine quiet
     record = json.loads((out / "calibration.json").read_text())
     assert set(record["n_trees"]) == {"1", "2"} and all(n > 0 for n in record["n_trees"].values())
     plan = json.loads((out / "plan.json").read_text())
