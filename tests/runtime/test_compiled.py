@@ -282,3 +282,29 @@ def test_plan_verdict_picks_the_default_decoder(bundle):
     rt.speculate = True
     assert isinstance(rt.decoder(), SpeculativeDecoder)
     assert isinstance(rt.decoder(speculative=False, shape=SHAPE), AutoregressiveDecoder)
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_a_follow_up_turn_reuses_the_caches_and_equals_a_cold_start(bundle, speculative):
+    from test_prompt_cache import follow_up_equals_cold
+
+    rt = Runtime.load(bundle)
+    prompt, extra = (torch.randint(1, 301, (k,), generator=torch.Generator().manual_seed(k)).tolist() for k in (21, 5))
+    assert follow_up_equals_cold(rt, prompt, extra, speculative) >= len(prompt)
+
+
+def test_logprobs_through_the_compiled_phases(bundle):
+    """The O1 bundle's verify phase is one compiled call; a request for logprobs verifies through the same phase
+    run eagerly around the compiled verifier, with the same tokens."""
+    from test_logprobs import recomputed
+
+    rt = Runtime.load(bundle)
+    prompt = torch.randint(1, 301, (9,), generator=torch.Generator().manual_seed(9)).tolist()
+    tree = rt.decoder(speculative=True)
+    plain = rt.generate(prompt, 32, decoder=tree)
+    scored = rt.generate(prompt, 32, decoder=tree, logprobs=2)
+    assert scored.tokens == plain.tokens and plain.logprobs is None and scored.stats.n_accept > 0
+    ref = recomputed(rt.verifier.graph, rt.verifier.layout, prompt, scored.tokens)
+    assert [lp.token for lp in scored.logprobs] == scored.tokens
+    torch.testing.assert_close(torch.tensor([lp.logprob for lp in scored.logprobs]),
+                               ref.gather(1, torch.tensor(scored.tokens)[:, None])[:, 0], atol=1e-3, rtol=0)

@@ -198,3 +198,12 @@ def test_per_iteration_shapes_through_the_head_package_equal_compiled_ar(bundles
         prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         assert tokens(tree, prompt, 40) == tokens(ref_dec, prompt, 40)
     assert rt.policy.seen == set(shapes) and tree.stats.n_accept > 0
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_a_follow_up_turn_reuses_the_caches_and_equals_a_cold_start(bundles, speculative):
+    from test_prompt_cache import follow_up_equals_cold
+
+    rt = Runtime.load(bundles(torch.bfloat16))
+    prompt, extra = (torch.randint(1, 8, (k,), generator=torch.Generator().manual_seed(k)).tolist() for k in (21, 5))
+    assert follow_up_equals_cold(rt, prompt, extra, speculative) >= len(prompt)

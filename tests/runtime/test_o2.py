@@ -231,3 +231,12 @@ def test_bench_of_a_weightless_bundle_asks_for_the_checkpoints(o2_bundle, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "Traceback" not in err[0], err
     assert "keeps the verifier's weights only in its compiled package" in err[0] and "-m VERIFIER -md DRAFTER" in err[0]
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_a_follow_up_turn_reuses_the_caches_and_equals_a_cold_start(o2_bundle, speculative):
+    from test_prompt_cache import follow_up_equals_cold
+
+    rt = Runtime.load(o2_bundle)
+    prompt, extra = (torch.randint(1, rt.verifier.graph.cfg.vocab_size, (k,), generator=torch.Generator().manual_seed(k)).tolist() for k in (21, 5))
+    assert follow_up_equals_cold(rt, prompt, extra, speculative) >= len(prompt)

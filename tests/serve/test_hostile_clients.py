@@ -106,12 +106,9 @@ UNSUPPORTED = [  # (path, extra fields, the field the 400 names)
     ("completions", {"mirostat": 2}, "mirostat"),
     ("completions", {"max_completion_tokens": 4}, "max_completion_tokens"),  # chat's name
     ("completions", {"echo": True}, "echo"),
-    ("completions", {"logprobs": 0}, "logprobs"),
     ("chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
     ("chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
      "response_format"),
-    ("chat/completions", {"logprobs": True}, "logprobs"),
-    ("chat/completions", {"top_logprobs": 2}, "top_logprobs"),
     ("chat/completions", {"guided_regex": "a+"}, "guided_regex"),
     ("chat/completions", {"stream": True, "stream_options": {"include_obfuscation": True}},
      "stream_options.include_obfuscation"),

@@ -130,3 +130,47 @@ def test_a_non_streaming_client_that_gives_up_cancels_its_decode(live):
     cancelled = 'yggc_requests_total{outcome="cancelled"}'
     assert metric(after, cancelled) == metric(before, cancelled) + 1
     assert metric(after, "yggc_generated_tokens_total") - metric(before, "yggc_generated_tokens_total") - 8 < 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_are_the_runtimes(live, stream):
+    """logprobs / top_logprobs through the official client: one entry per token, equal to Runtime.generate's."""
+    rt, client = live.runtime, live.client()
+    ref = rt.generate(messages=MESSAGES, max_new_tokens=16, logprobs=3)
+    out = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=16, temperature=0, stream=stream,
+                                         logprobs=True, top_logprobs=3)
+    chunks = list(out) if stream else [out]
+    entries = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+    assert [e.logprob for e in entries] == pytest.approx([lp.logprob for lp in ref.logprobs], abs=1e-6)
+    assert [e.token for e in entries] == [rt.tokenizer.decode([lp.token], skip_special_tokens=False)
+                                          for lp in ref.logprobs]
+    assert all(len(e.top_logprobs) == 3 and e.top_logprobs[0].logprob >= e.logprob for e in entries)
+    assert bytes(entries[0].bytes).decode() == entries[0].token
+
+
+def test_completion_logprobs_in_the_legacy_format(live):
+    rt = live.runtime
+    ref = rt.generate(PROMPT, 12, logprobs=2)
+    out = live.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, logprobs=2)
+    lp = out.choices[0].logprobs
+    assert lp.token_logprobs == pytest.approx([x.logprob for x in ref.logprobs], abs=1e-6)
+    assert len(lp.tokens) == len(lp.top_logprobs) == 12 and all(len(t) <= 2 for t in lp.top_logprobs)
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    plain = live.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0)
+    assert plain.choices[0].logprobs is None and plain.choices[0].text == out.choices[0].text
+
+
+def test_a_follow_up_turn_reuses_the_cache_and_answers_as_a_cold_one(live):
+    """The second turn of a chat prefills only what it adds (usage.prompt_tokens_details.cached_tokens) and gets
+    the answer a request with cache_prompt: false gets."""
+    client = live.client()
+    first = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0)
+    turn = MESSAGES + [{"role": "assistant", "content": first.choices[0].message.content},
+                       {"role": "user", "content": "Now subtract."}]
+    cold = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=24, temperature=0,
+                                          extra_body={"cache_prompt": False})
+    assert cold.usage.prompt_tokens_details.cached_tokens == 0
+    client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0)
+    warm = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=24, temperature=0)
+    assert warm.choices[0].message.content == cold.choices[0].message.content
+    assert warm.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens

@@ -68,6 +68,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                               "the verifier exported to an F32/BF16 GGUF (the bench dtype), llama.cpp-gguf a given file")
     lc.add_argument("--gguf", type=Path, metavar="FILE",
                     help="the GGUF llama.cpp-gguf decodes, e.g. a quantized one (default: -m when it is a .gguf)")
+    p.add_argument("--turns", action="store_true",
+                   help="instead of the rows: a chat's second turn through --bundle, time to first token with the "
+                        "prompt cache beside a cold prefill, per prompt (-n answer tokens of the first turn)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
 
@@ -150,11 +153,28 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.temp < 0:
         raise YggcError(f"--temp must be >= 0, got {args.temp}")
     set_threads(args.threads or (1 if args.quick else None), "yggc bench")  # --quick checks tokens, not times
+    if args.turns:
+        return turns_command(args)
     report = run_benchmark(make_config(args))
     print(report.text)
     for failure in report.failures:
         print(f"yggc bench: FAIL: {failure}; yggc must reproduce the verifier's greedy tokens", file=sys.stderr)
     return 1 if report.failures else 0
+
+
+def turns_command(args: argparse.Namespace) -> int:
+    from ..bench.prompt_sets import load_prompt_texts
+    from ..bench.turns import second_turn, turns_table
+    from ..errors import YggcError
+    from ..runtime import Runtime
+
+    if args.bundle is None:
+        raise YggcError("--turns times a bundle's prompt cache; pass --bundle BUNDLE")
+    rt = Runtime.load(args.bundle)
+    texts, _ = load_prompt_texts(args.prompts_file)
+    n_new, repeats = args.n or FULL["n"], args.repeats or FULL["repeats"]
+    print(turns_table([second_turn(rt, text, n_new, repeats) for text in texts[:args.prompts or FULL["prompts"]]]))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,10 @@ import torch
 
 from ..errors import YggcError
 from ..tree.sampling import SamplingParams, next_token
+from . import prompt_cache
 from .cache_layout import CacheLayout, causal_rows, prefill
 from .loading import device_scope, model_device
+from .logprobs import TokenLogprob, token_logprobs
 from .stats import DecodeStats
 
 PREFILL_CHUNK = 32
@@ -59,6 +61,8 @@ class AutoregressiveDecoder:
         self.model, self.layout = model, layout
         self.device = model_device(model)
         self.stats = DecodeStats()
+        self.top_logprobs: int | None = None  # set: each chunk's tokens get their log-probabilities (logprobs.py)
+        self.chunk_logprobs: list[TokenLogprob] = []  # of the tokens yielded last
 
     def step(self, token: int, n: int) -> torch.Tensor:
         """Feed `token` at slot n -> logits [V] of the next token."""
@@ -68,21 +72,29 @@ class AutoregressiveDecoder:
 
     @torch.inference_mode()
     def stream(self, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams,
-               eos_ids: tuple[int, ...] = ()) -> Iterator[list[int]]:
-        """Yields the generated tokens one at a time (as 1-element lists); fills self.stats."""
+               eos_ids: tuple[int, ...] = (), reuse: bool = False) -> Iterator[list[int]]:
+        """Yields the generated tokens one at a time (as 1-element lists); fills self.stats. reuse=True starts
+        the prefill after the prompt's longest prefix already in the cache (runtime/prompt_cache.py)."""
         check_prompt(prompt_ids, self.layout, self.model.cfg.vocab_size)
         stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator(self.device)
-        st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
+        start = prompt_cache.reusable(self.model, prompt_ids, len(prompt_ids) - 1) if reuse else 0
+        st = self.stats = DecodeStats(n_prompt=len(prompt_ids), n_cached=start)
         t0 = time.perf_counter()
+        prompt_cache.forget(self.model)
         with device_scope(self.device):
-            logits = prefill(self.model, prompt_ids, 0, self.layout, PREFILL_CHUNK)
-        n = len(prompt_ids)
+            logits = prefill(self.model, prompt_ids[start:], start, self.layout, PREFILL_CHUNK)
+        seq = list(prompt_ids)
+        n = len(seq)
         while max_new_tokens > 0:
             kept, st.stop_reason = stop.clip([next_token(logits, params, gen)], st.n_generated)
             st.n_generated += 1
             if st.n_generated == 1:
                 st.prefill_s = time.perf_counter() - t0
                 t0 = time.perf_counter()
+            if self.top_logprobs is not None:
+                self.chunk_logprobs = token_logprobs(logits[None], kept, self.top_logprobs, self.model.cfg.vocab_size)
+            seq += kept
+            prompt_cache.note(self.model, seq, n)  # the cache holds all but the token just chosen
             yield kept
             st.stop_reason = st.stop_reason or stop.kv_full(n, 1)
             if st.stop_reason:

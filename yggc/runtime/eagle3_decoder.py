@@ -15,6 +15,7 @@ from torch import nn
 
 from ..tree.egt import egt_from_root, egt_frontier, egt_step
 from ..tree.token_tree import tree_mask
+from . import prompt_cache
 from .autoregressive import PREFILL_CHUNK
 from .cache_layout import CacheLayout, causal_rows
 from .speculative import Draft, SpeculativeDecoder
@@ -76,11 +77,12 @@ class FeatureVerifyPhase(GreedyVerifyPhase):
         return logits, (features,)
 
 
-def prefill_features(verifier, ids: list[int], layout: CacheLayout, chunk: int = PREFILL_CHUNK):
-    """Verifier prefill that keeps every row's features -> (last logits [vocab], features [len(ids), F])."""
+def prefill_features(verifier, ids: list[int], layout: CacheLayout, chunk: int = PREFILL_CHUNK, start: int = 0):
+    """Verifier prefill of `ids` at slots start.. that keeps every row's features -> (last logits [vocab],
+    features [len(ids), F])."""
     feats, logits = [], None
-    for c0 in range(0, len(ids), chunk):
-        part = ids[c0:c0 + chunk]
+    for c0 in range(start, start + len(ids), chunk):
+        part = ids[c0 - start:c0 - start + chunk]
         slots = torch.arange(c0, c0 + len(part))
         logits, f = verifier.forward_features(torch.tensor(part), slots, slots, causal_rows(slots, layout.view(c0 + len(part))))
         feats.append(f)
@@ -88,14 +90,14 @@ def prefill_features(verifier, ids: list[int], layout: CacheLayout, chunk: int =
 
 
 def prefill_pairs(step, fuse, tokens: list[int], features: torch.Tensor, layout: CacheLayout,
-                  chunk: int = PREFILL_CHUNK):
-    """Head rows 0..len-1: (features [len, F] of positions p, the token at p + 1), through `step` (the head's
-    graph or its compiled model) after `fuse` (the head's fc, or nothing where the verifier fused them)."""
+                  chunk: int = PREFILL_CHUNK, start: int = 0):
+    """Head rows start..start+len-1: (features [len, F] of positions p, the token at p + 1), through `step` (the
+    head's graph or its compiled model) after `fuse` (the head's fc, or nothing where the verifier fused them)."""
     for c0 in range(0, len(tokens), chunk):
         part = tokens[c0:c0 + chunk]
-        slots = torch.arange(c0, c0 + len(part))
+        slots = torch.arange(start + c0, start + c0 + len(part))
         step(torch.tensor(part), fuse(features[c0:c0 + len(part)]), slots, slots,
-             causal_rows(slots, layout.view(c0 + len(part))))
+             causal_rows(slots, layout.view(start + c0 + len(part))))
 
 
 class Eagle3Decoder(SpeculativeDecoder):
@@ -127,11 +129,18 @@ class Eagle3Decoder(SpeculativeDecoder):
     def make_verify_phase(self) -> nn.Module:
         return FeatureVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
 
-    def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
-        logits, feats = prefill_features(self.verifier, prompt_ids, self.layout)
-        prefill_pairs(self.drafter, self.fuse, prompt_ids[1:], feats[:-1], self.layout)
+    def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
+        logits, feats = prefill_features(self.verifier, prompt_ids[start:], self.layout, start=start)
+        prefill_pairs(self.drafter, self.fuse, prompt_ids[start + 1:], feats[:-1], self.layout, start=start)
         self.pending_features = feats[-1:]  # paired with the first new token
         return logits
+
+    def prefill_start(self, prompt_ids: list[int]) -> int:
+        """The head's rows 0..c-2 pair the features of tokens[:c-1] with the tokens after them, so a head that
+        holds c tokens of the prompt lets the verifier's prefill (which gives the features) start at c - 1."""
+        last = len(prompt_ids) - 1
+        return min(prompt_cache.reusable(self.verifier, prompt_ids, last),
+                   max(prompt_cache.reusable(self.drafter, prompt_ids, last + 1) - 1, 0))
 
     def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
         # at most D accepted + the bonus; more after a per-iteration switch to a shallower tree (eager phases only)

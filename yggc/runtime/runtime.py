@@ -30,6 +30,7 @@ from .autoregressive import AutoregressiveDecoder
 from .buckets import CompiledModel, load_bucket
 from .detokenize import StreamDecoder
 from .device import resolve_device
+from .logprobs import TokenLogprob
 from .request_lock import RequestLock
 from .stats import DecodeStats
 from .tp_processes import check_world, rank_world, verifier_loader
@@ -41,6 +42,7 @@ class Generation:
     tokens: list[int]
     text: str
     stats: DecodeStats
+    logprobs: list[TokenLogprob] | None = None  # one per token, where the request asked for them
 
 
 def load_policy(path: Path, plan: dict) -> DepthPolicy | None:
@@ -67,6 +69,7 @@ class Runtime:
         self.verifier, self.drafter, self.compiled = verifier, drafter, compiled
         self.tokenizer = verifier.tokenizer
         self.last_stats = DecodeStats()  # of the last request that ran to its end (or was closed)
+        self.last_logprobs: list[TokenLogprob] = []  # of the last request's tokens, where it asked for them
         self.requests = RequestLock()  # one KV cache: one request at a time
         self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
         self.verify_runners: dict[tuple[int, int, int], object] = {}  # (D, W, V) -> compiled greedy verify phase
@@ -160,22 +163,30 @@ class Runtime:
     def stream_tokens(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                       top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None,
                       messages: list[dict[str, str]] | None = None, blocking: bool = True,
-                      min_p: float = 0.0) -> Iterator[list[int]]:
+                      min_p: float = 0.0, prompt_cache: bool = True,
+                      logprobs: int | None = None) -> Iterator[list[int]]:
         """Accepted token ids per iteration; a chat stops at the template's end of turn.
 
         Holds the Runtime from the first next() until the end, close() or garbage collection;
-        blocking=False raises RuntimeBusy instead of waiting for another thread's request."""
+        blocking=False raises RuntimeBusy instead of waiting for another thread's request. prompt_cache: prefill
+        only what follows the longest prefix of the prompt the caches already hold from the last request (a
+        multi-turn chat's earlier turns); the output is the same either way. logprobs=N (0 or more): each token's
+        log-probability and the N most likely alternatives (runtime/logprobs.py) go to last_logprobs as they are
+        yielded (and the decoder's chunk_logprobs holds the last chunk's)."""
         ticket = self.requests.acquire(blocking)
         dec = steps = None
         try:
             params = SamplingParams(temperature, top_k, top_p, seed, min_p)
             dec = decoder or self.decoder(sampling=not params.greedy)
-            steps = dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids)
+            dec.top_logprobs, self.last_logprobs = logprobs, []
+            steps = dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids, prompt_cache)
             while True:
                 with self.requests.step(ticket):  # StreamInterrupted if a newer request reused the cache
                     tokens = next(steps, None)
                 if tokens is None:
                     break
+                if logprobs is not None:
+                    self.last_logprobs += dec.chunk_logprobs
                 yield tokens
         finally:
             if steps is not None:
@@ -199,4 +210,5 @@ class Runtime:
         with closing(self.stream_tokens(prompt, max_new_tokens, **kw)) as steps:
             for tokens in steps:
                 text.push(tokens)
-        return Generation(text.ids, text.text(), self.last_stats)
+        return Generation(text.ids, text.text(), self.last_stats,
+                          self.last_logprobs if kw.get("logprobs") is not None else None)

@@ -27,10 +27,12 @@ from ..tree.sampling import SamplingParams, next_token, sample_index, target_pro
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.traversal import verify_tree_traversal
 from ..tree.verification import verify_tree_sampling
+from . import prompt_cache
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
 from .cache_layout import CacheLayout, prefill
 from .draft_phase import DraftPhase, align_vocab
 from .loading import device_scope, model_device
+from .logprobs import TokenLogprob, token_logprobs
 from .stats import DecodeStats
 from .trace import NoTrace, StageTrace
 from .verify_phase import GreedyVerifyPhase
@@ -62,7 +64,7 @@ class SpeculativeDecoder:
                             f"token, trees {', '.join(SAMPLED_TREE_RULES)} or point-mass")
         self.verifier, self.drafter, self.layout = verifier, drafter, layout
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
-        self.phases: dict[TreeShape, tuple] = {}  # shape -> (draft module, draft runner, verify runner)
+        self.phases: dict[TreeShape, tuple] = {}  # shape -> (draft module, draft runner, verify runner, its module)
         # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
         self.compiled_phases = draft_phase is not None or verify_phase is not None
         self.set_shape(shape, draft_phase, verify_phase)
@@ -75,6 +77,9 @@ class SpeculativeDecoder:
         self.tree_rule = tree_rule  # T > 0, W > 1: a SAMPLED_TREE_RULES key, or "point-mass" (greedy-grown tree)
         self.on_sampled_verify = None  # (draft, kept ids, verifier probs [V+1, vocab]) -> None: calibration's hook
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
+        self.top_logprobs: int | None = None  # set: each chunk's tokens get their log-probabilities (logprobs.py)
+        self.chunk_logprobs: list[TokenLogprob] = []  # of the tokens yielded last
+        self.new_logits: torch.Tensor | None = None  # [k+1, vocab] the verifier's rows that chose the new tokens
         self.stats = DecodeStats()
         self.trace = NoTrace()
 
@@ -93,10 +98,10 @@ class SpeculativeDecoder:
                 raise YggcError(f"this decoder runs compiled phases for one shape only, not {shape}; "
                                 "per-iteration shapes need the O2 bundle's eager phases")
             self.shape = shape  # the phase makers read it
-            module = self.make_draft_phase()
-            self.phases[shape] = (module, draft_phase or module, verify_phase or self.make_verify_phase())
+            module, verify_module = self.make_draft_phase(), self.make_verify_phase()
+            self.phases[shape] = (module, draft_phase or module, verify_phase or verify_module, verify_module)
         self.shape = shape
-        self.draft_phase, self.run_draft, self.run_verify = self.phases[shape]
+        self.draft_phase, self.run_draft, self.run_verify, self.verify_module = self.phases[shape]
         self.no_moves = torch.full((2, shape.depth), self.layout.trash, dtype=torch.long, device=self.device)
 
     head_width = HEAD_WIDTH  # rows of a head step: the root and at most one accepted leaf
@@ -109,10 +114,17 @@ class SpeculativeDecoder:
     def make_verify_phase(self) -> torch.nn.Module:
         return GreedyVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
 
-    def prefill_models(self, prompt_ids: list[int]) -> torch.Tensor:
-        """Both caches filled with the prompt -> the verifier's last logits [vocab]."""
-        prefill(self.drafter, prompt_ids, 0, self.layout, PREFILL_CHUNK)
-        return prefill(self.verifier, prompt_ids, 0, self.layout, PREFILL_CHUNK)
+    def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
+        """Both caches filled with the prompt from token `start` on -> the verifier's last logits [vocab]."""
+        prefill(self.drafter, prompt_ids[start:], start, self.layout, PREFILL_CHUNK)
+        return prefill(self.verifier, prompt_ids[start:], start, self.layout, PREFILL_CHUNK)
+
+    def prefill_start(self, prompt_ids: list[int]) -> int:
+        """Where the prefill may start: after the prompt's longest prefix both caches hold (the verifier computes
+        at least the last prompt token again, for its logits)."""
+        last = len(prompt_ids) - 1
+        return min(prompt_cache.reusable(self.verifier, prompt_ids, last),
+                   prompt_cache.reusable(self.drafter, prompt_ids, last))
 
     def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
         """The fused draft phase's inputs."""
@@ -203,9 +215,12 @@ class SpeculativeDecoder:
         """One call: prune, verify, accept, compact the verifier's KV -> (emitted tokens, last accepted
         tree id, deepest verified depth); also leaves the drafter's K/V moves for its next call."""
         t = draft.tree
-        emit, info, self.bonus_logits, *handoff = self.run_verify(
+        wanted = self.verify_module.keep_path_logits = self.top_logprobs is not None
+        run = self.verify_module if wanted else self.run_verify  # the eager module keeps the path's logits
+        emit, info, self.bonus_logits, *handoff = run(
             t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
         k, last_id, max_depth = info.tolist()
+        self.new_logits = run.path_logits if wanted else None
         self.take_verify_outputs(handoff, slice(0, k + 1))  # the handoff's rows are the path's already
         return emit[: k + 1].tolist(), last_id, max_depth
 
@@ -236,6 +251,7 @@ class SpeculativeDecoder:
         else:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
         path = torch.tensor(path, dtype=torch.long)
+        self.new_logits = logits[torch.cat([path.new_zeros(1), path])]  # each token's parent row, the root first
         self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
         ids = kept[path]
         moves = self.no_moves.clone()
@@ -247,22 +263,32 @@ class SpeculativeDecoder:
     # -- the loop ------------------------------------------------------------------------------------
     @torch.inference_mode()
     def stream(self, prompt_ids: list[int], max_new_tokens: int, params: SamplingParams,
-               eos_ids: tuple[int, ...] = ()) -> Iterator[list[int]]:
-        """Yields accepted tokens per iteration; the output equals the verifier's own decoding."""
+               eos_ids: tuple[int, ...] = (), reuse: bool = False) -> Iterator[list[int]]:
+        """Yields accepted tokens per iteration; the output equals the verifier's own decoding. reuse=True starts
+        the prefill after the prompt's longest prefix already in both caches (runtime/prompt_cache.py)."""
         check_prompt(prompt_ids, self.layout, self.vocab)
         stop, gen = StopPolicy(max_new_tokens, eos_ids, self.layout), params.generator(self.device)
-        st = self.stats = DecodeStats(n_prompt=len(prompt_ids))
+        start = self.prefill_start(prompt_ids) if reuse else 0
+        st = self.stats = DecodeStats(n_prompt=len(prompt_ids), n_cached=start)
         t0 = time.perf_counter()
+        prompt_cache.forget(self.verifier)
+        prompt_cache.forget(self.drafter)
         with device_scope(self.device):
-            logits = self.prefill_models(prompt_ids)
-        self.bonus_logits = logits
+            logits = self.prefill_models(prompt_ids, start)
+        self.bonus_logits, self.new_logits = logits, logits[None]
         new = [next_token(logits, params, gen)]
-        n, pending = len(prompt_ids), list(new)
+        seq, n, pending = list(prompt_ids), len(prompt_ids), list(new)
+        self.drafter_covered = n  # the drafter's cache holds seq[:drafter_covered]
         while new:
             kept_tokens, st.stop_reason = stop.clip(new, st.n_generated)
             st.n_generated += len(kept_tokens)
             if st.prefill_s == 0.0:
                 st.prefill_s, t0 = time.perf_counter() - t0, time.perf_counter()
+            if self.top_logprobs is not None:
+                self.chunk_logprobs = token_logprobs(self.new_logits, kept_tokens, self.top_logprobs, self.vocab)
+            seq += new
+            prompt_cache.note(self.verifier, seq, n)  # all but the root
+            prompt_cache.note(self.drafter, seq, self.drafter_covered)
             yield kept_tokens
             if st.stop_reason:
                 break
@@ -281,6 +307,7 @@ class SpeculativeDecoder:
         if stop.kv_full(n, self.shape.n_nodes):
             return self.fallback_step(pending[-1], n, params, gen, stop)
         compiled = self.compiled_phases and params.greedy  # each phase is one compiled call
+        self.drafter_covered = n + 1  # the draft's head step leaves the drafter's slots 0..n exact, writes past them
         with self.trace.span("iteration", "decode"):
             with self.trace.span("draft", "models" if compiled else "phases"):
                 draft = self.draft_tree(pending, n) if params.greedy else self.draft_sampled(pending, n, params, gen)
@@ -304,7 +331,9 @@ class SpeculativeDecoder:
         if stop.kv_full(n, 1):
             self.stats.stop_reason = stop.kv_full(n, 1)
             return [], n, []
-        token = next_token(self.verifier_alone.step(root, n), params, gen)
+        logits = self.verifier_alone.step(root, n)
+        self.new_logits = logits[None]
+        token = next_token(logits, params, gen)
         return [token], n + 1, [token]
 
     def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 @dataclass
 class DecodeStats:
     n_prompt: int = 0
+    n_cached: int = 0  # prompt tokens whose K/V an earlier request left in the cache (not prefilled again)
     n_generated: int = 0
     prefill_s: float = 0.0  # prompt processing up to and including the first new token
     decode_s: float = 0.0  # everything after the first new token
@@ -38,7 +39,8 @@ class DecodeStats:
 
     def log_lines(self) -> list[str]:
         lines = [
-            f"prompt eval: {self.n_prompt} tokens, {1000 * self.prefill_s:.2f} ms (incl. first token)",
+            f"prompt eval: {self.n_prompt} tokens{f' ({self.n_cached} cached)' if self.n_cached else ''}, "
+            f"{1000 * self.prefill_s:.2f} ms (incl. first token)",
             f"       eval: {self.n_generated} tokens, {self.tpot_ms:.3f} ms per token "
             f"({1000.0 / self.tpot_ms if self.tpot_ms else 0.0:.2f} tokens per second)",
         ]

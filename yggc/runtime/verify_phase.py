@@ -48,6 +48,9 @@ class GreedyVerifyPhase(nn.Module):
     def __init__(self, verifier: nn.Module, depth: int, verify: int):
         super().__init__()
         self.verifier, self.depth, self.verify = verifier, depth, verify
+        # run eagerly with keep_path_logits set, a call leaves the logits of the accepted path's rows, root first
+        # ([min(D, V)+1, vocab]; row i chose emitted token i): what logprobs are computed from
+        self.keep_path_logits, self.path_logits = False, None
 
     def score(self, tokens, positions, slots, mask) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """The verifier on the kept rows -> (logits [R, vocab], per-row tensors the drafter needs: none here)."""
@@ -80,6 +83,8 @@ class GreedyVerifyPhase(nn.Module):
         emit = torch.where(rows[: path.shape[0]] == k, best[deepest], tokens[torch.roll(path_ids, -1)])
         info = torch.stack([k, path_ids[k], sub_depth.max()])
         root = logits.index_select(0, deepest.view(1))[0]
+        if self.keep_path_logits:
+            self.path_logits = logits[path]
         return emit, info, root, torch.stack([n + path_ids[1:], dst]), *(t[path] for t in per_row)
 
     def forward_host(self, tokens, parents, depth, cum_logp, anc, n: int, view: int):
@@ -104,6 +109,8 @@ class GreedyVerifyPhase(nn.Module):
         emit = np.where(rows[: path.shape[0]] == k, best[deepest], tok[np.roll(path_ids, -1)])
         info = np.array([k, path_ids[k], sub_depth.max()])
         path_t = torch.from_numpy(path)
+        if self.keep_path_logits:
+            self.path_logits = logits[path_t]
         return (torch.from_numpy(emit), torch.from_numpy(info), logits[deepest],
                 torch.from_numpy(np.stack([np.where(accepted, n + path_ids[1:], dst), dst])),
                 *(t[path_t] for t in per_row))

@@ -75,9 +75,11 @@ async def stream_body(job: Job, feed: AsyncIterator[Event], req: CompletionReque
     try:
         if req.chat:
             yield wire.sse(wire.chunk(req, rid, created, first=True))
+        offset = 0  # text streamed so far (a completion's text_offset)
         async for event in feed:
             if isinstance(event, Delta):
-                yield wire.sse(wire.chunk(req, rid, created, event.text))
+                yield wire.sse(wire.chunk(req, rid, created, event.text, entries=event.logprobs, offset=offset))
+                offset += len(event.text)
             elif isinstance(event, Finished):
                 for obj in wire.last_chunks(req, rid, created, event):
                     yield wire.sse(obj)
@@ -89,12 +91,13 @@ async def stream_body(job: Job, feed: AsyncIterator[Event], req: CompletionReque
 
 
 async def whole_body(feed: AsyncIterator[Event], req: CompletionRequest, rid: str, created: int) -> Response:
-    pieces = []
+    pieces, entries = [], []
     async for event in feed:
         if isinstance(event, Delta):
             pieces.append(event.text)
+            entries += event.logprobs
         elif isinstance(event, Finished):
-            return JSONResponse(wire.completion(req, rid, created, "".join(pieces), event))
+            return JSONResponse(wire.completion(req, rid, created, "".join(pieces), event, entries))
         elif isinstance(event, Failed):
             return error_response(event.error)
     return Response(status_code=499)  # the client went away; nobody reads this
@@ -158,7 +161,7 @@ def create_app(runtime: Runtime, settings: ServeSettings) -> FastAPI:
         req, ids = await asyncio.to_thread(prepare, runtime, settings, body, chat)
         default = max_seq - len(ids) if chat else TEXT_DEFAULT_MAX_TOKENS
         sampling = dataclasses.replace(req.sampling, max_tokens=req.sampling.max_tokens or default)
-        job = Job(tuple(ids), sampling, asyncio.get_running_loop())
+        job = Job(tuple(ids), sampling, asyncio.get_running_loop(), req.logprobs, req.cache_prompt)
         worker.submit(job)
         return await answer(job, request, req)
 

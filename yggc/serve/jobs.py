@@ -19,10 +19,12 @@ from .params import Sampling
 class Usage:
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens whose K/V the last request left (not prefilled again)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
-                "total_tokens": self.prompt_tokens + self.completion_tokens}
+                "total_tokens": self.prompt_tokens + self.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Started:
 @dataclass(frozen=True)
 class Delta:
     text: str  # newly finished text, already cut at a stop string
+    logprobs: tuple[dict, ...] = ()  # the iteration's tokens (wire.content_logprobs), where the request asked
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,10 @@ class Job:
     """One request: prompt ids and sampling in, events out; cancel() stops it at the next iteration (its client
     went away: nothing more is sent), abort(error) too, and then it ends with Failed(error)."""
 
-    def __init__(self, prompt_ids: tuple[int, ...], sampling: Sampling, loop: asyncio.AbstractEventLoop):
+    def __init__(self, prompt_ids: tuple[int, ...], sampling: Sampling, loop: asyncio.AbstractEventLoop,
+                 logprobs: int | None = None, cache_prompt: bool = True):
         self.prompt_ids, self.sampling, self.loop = prompt_ids, sampling, loop
+        self.logprobs, self.cache_prompt = logprobs, cache_prompt  # CompletionRequest's fields
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.abort_error: ApiError | None = None  # why the server stopped it (None: cancelled by its client)

@@ -2,7 +2,7 @@
 
 Every bad field is an ApiError 400 naming the field. Each endpoint has an allow-list of the fields it
 implements (CHAT_FIELDS, TEXT_FIELDS); any other field with a value is refused with a 400 naming it,
-so that a request for something yggc does not do (grammar, json_schema, ignore_eos, min_tokens, logprobs,
+so that a request for something yggc does not do (grammar, json_schema, ignore_eos, min_tokens,
 tools, ...) never gets unconstrained text as if it had been honoured. Some allowed fields are OpenAI
 features yggc implements only at their neutral value (n: 1, penalties 0, logit_bias {}, ...): any other
 value is refused too. null (and an empty list or object) asks for nothing and is accepted anywhere.
@@ -18,14 +18,16 @@ from .api_errors import ApiError, bad_param, unsupported
 MAX_STOP = 4                  # OpenAI allows up to 4 stop sequences
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 TEXT_DEFAULT_MAX_TOKENS = 16  # /v1/completions' default; chat defaults to the rest of the context
+MAX_TOP_LOGPROBS = 20         # alternatives per token at most (OpenAI's chat limit)
 SHOWN = 80                    # a value quoted in an error message is cut to this many characters
 
 # The fields each endpoint implements. `user` is OpenAI's end-user id for abuse reports: purely
 # informational, it changes no answer, so it is accepted and ignored. `stream_options` is honoured
-# (include_usage); the fields of NEUTRAL are accepted at their neutral value only.
+# (include_usage); `cache_prompt` (llama-server's name, default true) lets the request reuse the K/V of the
+# last request's longest common prefix; the fields of NEUTRAL are accepted at their neutral value only.
 COMMON_FIELDS = frozenset({"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
                            "min_p", "seed", "stop", "user", "n", "frequency_penalty", "presence_penalty",
-                           "repetition_penalty", "logit_bias", "logprobs"})
+                           "repetition_penalty", "logit_bias", "logprobs", "cache_prompt"})
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "response_format", "top_logprobs"}
 TEXT_FIELDS = COMMON_FIELDS | {"prompt", "best_of", "echo", "suffix"}
 MESSAGE_FIELDS = frozenset({"role", "content"})  # `name` and tool calls are not rendered: refused
@@ -33,7 +35,7 @@ PART_FIELDS = frozenset({"type", "text"})
 STREAM_OPTIONS = frozenset({"include_usage"})
 # field -> the one value yggc honours (what it does anyway); any other value is refused
 NEUTRAL = {"n": 1, "best_of": 1, "frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1,
-           "logit_bias": {}, "logprobs": False, "top_logprobs": 0, "echo": False, "suffix": ""}
+           "logit_bias": {}, "echo": False, "suffix": ""}
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ class CompletionRequest:
     sampling: Sampling
     stream: bool
     include_usage: bool                       # stream_options.include_usage: a last chunk with usage
+    logprobs: int | None = None               # alternatives listed per token's logprob; None: no logprobs
+    cache_prompt: bool = True                 # reuse the last request's K/V of the common prefix
 
     def messages_as_dicts(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.content} for m in self.messages or ()]
@@ -168,6 +172,28 @@ def sampling(body: dict, chat: bool) -> Sampling:
                     seed=whole(body, "seed", 0, 2**63), stop=stops(body))
 
 
+def logprobs_of(body: dict, chat: bool) -> int | None:
+    """Chat: logprobs (true/false) and top_logprobs (0..20); completions: logprobs = the alternatives (0..20).
+    -> how many alternatives each token lists, or None for no logprobs."""
+    if not chat:
+        return whole(body, "logprobs", 0, MAX_TOP_LOGPROBS + 1)
+    on = body.get("logprobs")
+    if not isinstance(on, bool | None):
+        raise bad_param("logprobs", f"logprobs must be true or false, got {shown(on)}")
+    top = whole(body, "top_logprobs", 0, MAX_TOP_LOGPROBS + 1)
+    if top and not on:
+        raise bad_param("top_logprobs", "top_logprobs lists alternatives of each token's logprob: set logprobs "
+                        "to true as well")
+    return (top or 0) if on else None
+
+
+def flag(body: dict, key: str, default: bool) -> bool:
+    v = body.get(key)
+    if not isinstance(v, bool | None):
+        raise bad_param(key, f"{key} must be true or false, got {shown(v)}")
+    return default if v is None else v
+
+
 def text_of(content: Any, i: int) -> str:
     """A message's content: a string, or OpenAI's list of {"type": "text", "text": ...} parts."""
     if isinstance(content, str):
@@ -221,10 +247,9 @@ def parse_request(body: Any, chat: bool) -> CompletionRequest:
         raise bad_param("model", "model must name the served model (GET /v1/models lists it)",
                         code="missing_required_parameter")
     refuse_unsupported(body, chat)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool | None):
-        raise bad_param("stream", f"stream must be true or false, got {shown(stream)}")
+    stream = flag(body, "stream", False)
     options = body.get("stream_options")
     return CompletionRequest(chat=chat, model=model, prompt=None if chat else prompt_of(body),
                              messages=messages_of(body) if chat else None, sampling=sampling(body, chat),
-                             stream=bool(stream), include_usage=bool(stream and (options or {}).get("include_usage")))
+                             stream=stream, include_usage=bool(stream and (options or {}).get("include_usage")),
+                             logprobs=logprobs_of(body, chat), cache_prompt=flag(body, "cache_prompt", True))

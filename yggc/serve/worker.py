@@ -19,6 +19,7 @@ from .api_errors import ApiError
 from .jobs import Delta, Failed, Finished, Job, Started, Usage
 from .metrics import Metrics
 from .stop import TextStream
+from .wire import content_logprobs
 
 log = logging.getLogger("yggc.serve")
 
@@ -124,15 +125,16 @@ class DecodeWorker:
         text = TextStream(rt.tokenizer, s.stop)
         n_generated, first_at, last_at, cancelled = 0, None, None, False
         steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,
-                                 decoder=dec, min_p=s.min_p)
+                                 decoder=dec, min_p=s.min_p, prompt_cache=job.cache_prompt, logprobs=job.logprobs)
         try:
             for tokens in steps:
                 last_at = time.perf_counter()
                 first_at = first_at or last_at
                 n_generated += len(tokens)
                 piece = text.push(tokens)
-                if piece:
-                    job.emit(Delta(piece))
+                scores = () if job.logprobs is None else content_logprobs(dec.chunk_logprobs, rt.tokenizer)
+                if piece or scores:
+                    job.emit(Delta(piece, scores))
                 if text.stopped:
                     break
                 if job.cancelled.is_set():
@@ -156,4 +158,5 @@ class DecodeWorker:
                 job.emit(Delta(piece))
             stop_reason = dec.stats.stop_reason
             reason = "stop" if stop_reason == "eos" else "length"
-        job.emit(Finished(reason, Usage(len(job.prompt_ids), n_generated), request_stats(dec, stop_reason, ttft, tpot)))
+        usage = Usage(len(job.prompt_ids), n_generated, dec.stats.n_cached)
+        job.emit(Finished(reason, usage, request_stats(dec, stop_reason, ttft, tpot)))
