@@ -27,9 +27,12 @@ setup(
     ],
     extras_require={
         "dev": ["pytest>=7", "pytest-xdist>=3.8", "transformers>=4.45", "scipy>=1.10", "ruff>=0.4", "matplotlib>=3.5",
-                "fastapi>=0.110", "pydantic-core>=2.14", "uvicorn>=0.29", "openai>=1.40", "httpx>=0.27"],
-        # yggc serve: the OpenAI-compatible HTTP server; pydantic-core parses request JSON with a nesting limit
-        "serve": ["fastapi>=0.110", "pydantic-core>=2.14", "uvicorn>=0.29"],
+                "fastapi>=0.110", "pydantic-core>=2.14", "uvicorn>=0.29", "openai>=1.40", "httpx>=0.27",
+                "llguidance>=1.0"],
+        # yggc serve: the OpenAI-compatible HTTP server; pydantic-core parses request JSON with a nesting limit;
+        # llguidance follows response_format and grammar
+        "serve": ["fastapi>=0.110", "pydantic-core>=2.14", "uvicorn>=0.29", "llguidance>=1.0"],
+        "grammar": ["llguidance>=1.0"],  # structured output: --json-schema, --grammar, Runtime(grammar=...)
         "plot": ["matplotlib>=3.5"],
         "hf": ["transformers>=4.45"],
         "train": ["transformers>=4.45"],  # yggc train: transformers builds, trains and exports the models

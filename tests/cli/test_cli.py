@@ -195,3 +195,30 @@ def test_eagle3_head_errors_are_one_line(capsys, tmp_path, checkpoint, eagle3_he
     expect_error(capsys, ["compile", "-m", other, "-md", str(head), "-o", str(tmp_path / "b"),
                           "--depth", "2", "--width", "1", "--verify", "2"], "was made for a verifier")
     assert not (tmp_path / "b").exists()
+
+
+def test_run_follows_a_grammar_file_and_a_json_schema(capsys, tmp_path):
+    """The demo pair under a GBNF grammar and a JSON schema: text in the language, tree equal to --no-spec."""
+    import re
+
+    pytest.importorskip("llguidance")
+    gbnf = tmp_path / "answer.gbnf"
+    gbnf.write_text('root ::= ("yes" | "no") " " [0-9] [0-9]?\n')
+    schema = tmp_path / "n.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                                  "additionalProperties": False}))
+    for flag, path, pattern in (("--grammar", gbnf, r"(yes|no) [0-9]{1,2}"), ("--json-schema", schema, r'\{"n": -?\d+\}')):
+        outs = []
+        for mode in ((), ("--no-spec",)):
+            code, out, _ = run(capsys, "run", "--chat", "Is 7 prime?", "-n", "24", flag, str(path), "--json", *mode)
+            assert code == 0
+            outs.append(json.loads(out))
+        assert outs[0]["tokens"] == outs[1]["tokens"]
+        if outs[0]["stop_reason"] == "eos":
+            assert re.fullmatch(pattern, outs[0]["text"]), outs[0]["text"]
+        else:
+            assert outs[0]["text"].startswith(("yes", "no", '{"n": '))
+    bad = tmp_path / "bad.gbnf"
+    bad.write_text('root ::= "a" b\n')
+    expect_error(capsys, ["run", "-p", "x", "--grammar", str(bad)], "the gbnf is not a grammar yggc can follow")
+    expect_error(capsys, ["run", "-p", "x", "--json-schema", str(tmp_path / "none.json")], "is not a file")

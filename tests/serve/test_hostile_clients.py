@@ -96,7 +96,6 @@ def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
 
 
 UNSUPPORTED = [  # (path, extra fields, the field the 400 names)
-    ("completions", {"grammar": "root ::= \"a\""}, "grammar"),
     ("completions", {"json_schema": {"type": "object"}}, "json_schema"),
     ("completions", {"guided_json": {"type": "object"}}, "guided_json"),
     ("completions", {"ignore_eos": True}, "ignore_eos"),
@@ -106,9 +105,6 @@ UNSUPPORTED = [  # (path, extra fields, the field the 400 names)
     ("completions", {"mirostat": 2}, "mirostat"),
     ("completions", {"max_completion_tokens": 4}, "max_completion_tokens"),  # chat's name
     ("completions", {"echo": True}, "echo"),
-    ("chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
-    ("chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
-     "response_format"),
     ("chat/completions", {"guided_regex": "a+"}, "guided_regex"),
     ("chat/completions", {"stream": True, "stream_options": {"include_obfuscation": True}},
      "stream_options.include_obfuscation"),

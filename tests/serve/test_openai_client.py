@@ -174,3 +174,34 @@ def test_a_follow_up_turn_reuses_the_cache_and_answers_as_a_cold_one(live):
     warm = client.chat.completions.create(model=MODEL, messages=turn, max_tokens=24, temperature=0)
     assert warm.choices[0].message.content == cold.choices[0].message.content
     assert warm.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_json_schema_response_format_is_followed_and_equals_the_runtimes(live, stream):
+    import json
+
+    from yggc.runtime.constraint import GrammarSpec
+
+    rt, client = live.runtime, live.client()
+    messages = [{"role": "user", "content": "Give a person as JSON."}]
+    ref = rt.generate(messages=messages, max_new_tokens=64, grammar=GrammarSpec("json_schema", json.dumps(SCHEMA)))
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    text = chat_text(client, stream, messages=messages, max_tokens=64, temperature=0, response_format=fmt)
+    assert text == ref.text
+    if ref.stats.stop_reason == "eos":
+        value = json.loads(text)
+        assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+    else:
+        assert text.startswith("{")
+
+
+def test_a_gbnf_grammar_on_completions(live):
+    import re
+
+    out = live.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0,
+                                           extra_body={"grammar": 'root ::= ("yes" | "no") " " [0-9] [0-9]?'})
+    assert re.fullmatch(r"(yes|no) [0-9]{1,2}", out.choices[0].text) and out.choices[0].finish_reason == "stop"

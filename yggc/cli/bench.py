@@ -71,6 +71,9 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns", action="store_true",
                    help="instead of the rows: a chat's second turn through --bundle, time to first token with the "
                         "prompt cache beside a cold prefill, per prompt (-n answer tokens of the first turn)")
+    p.add_argument("--json-schema", type=Path, metavar="FILE",
+                   help="instead of the rows: TPOT of --bundle's answers under this JSON schema beside free answers, "
+                        "per prompt (-n tokens each)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
 
@@ -153,8 +156,8 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.temp < 0:
         raise YggcError(f"--temp must be >= 0, got {args.temp}")
     set_threads(args.threads or (1 if args.quick else None), "yggc bench")  # --quick checks tokens, not times
-    if args.turns:
-        return turns_command(args)
+    if args.turns or args.json_schema:
+        return bundle_mode_command(args)
     report = run_benchmark(make_config(args))
     print(report.text)
     for failure in report.failures:
@@ -162,18 +165,26 @@ def bench_command(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
-def turns_command(args: argparse.Namespace) -> int:
+def bundle_mode_command(args: argparse.Namespace) -> int:
+    """--turns or --json-schema: one measurement of --bundle per prompt, printed as a table."""
     from ..bench.prompt_sets import load_prompt_texts
+    from ..bench.structured import schema_table, schema_tpot
     from ..bench.turns import second_turn, turns_table
     from ..errors import YggcError
     from ..runtime import Runtime
 
+    flag = "--turns" if args.turns else "--json-schema"
     if args.bundle is None:
-        raise YggcError("--turns times a bundle's prompt cache; pass --bundle BUNDLE")
+        raise YggcError(f"{flag} measures a bundle; pass --bundle BUNDLE")
+    if args.json_schema is not None and not args.json_schema.is_file():
+        raise YggcError(f"--json-schema {args.json_schema} is not a file")
     rt = Runtime.load(args.bundle)
-    texts, _ = load_prompt_texts(args.prompts_file)
+    texts = load_prompt_texts(args.prompts_file)[0][:args.prompts or FULL["prompts"]]
     n_new, repeats = args.n or FULL["n"], args.repeats or FULL["repeats"]
-    print(turns_table([second_turn(rt, text, n_new, repeats) for text in texts[:args.prompts or FULL["prompts"]]]))
+    if args.turns:
+        print(turns_table([second_turn(rt, text, n_new, repeats) for text in texts]))
+    else:
+        print(schema_table(schema_tpot(rt, texts, args.json_schema.read_text(), n_new, repeats)))
     return 0
 
 

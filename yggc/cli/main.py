@@ -5,6 +5,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from .. import __version__
 from ..errors import USER_ERRORS
@@ -50,6 +51,11 @@ def add_decode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=0.0,
                    help="drop tokens below this fraction of the likeliest token's probability (0 = off)")
     p.add_argument("--seed", type=int, default=None, help="random seed for sampling")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json-schema", type=Path, metavar="FILE",
+                     help="the output is JSON following this JSON schema (pip install 'yggc[grammar]')")
+    fmt.add_argument("--grammar", type=Path, metavar="FILE",
+                     help="the output follows this grammar: GBNF as llama.cpp takes it, or Lark in a .lark file")
     p.add_argument("--json", action="store_true", help="print one JSON object (tokens, text, stats) instead of text")
     p.add_argument("--threads", "-t", type=POSITIVE, help="torch/OpenMP threads (default: torch's, one per core); "
                    "on a busy machine use fewer than the idle cores: compiled kernels wait for descheduled threads")

@@ -141,6 +141,20 @@ def tp_world(args: argparse.Namespace) -> int:
     return max(world, args.tp)
 
 
+def grammar_of(args: argparse.Namespace, verifier: loading.LoadedModel):
+    """--json-schema FILE or --grammar FILE (GBNF, or Lark by its .lark suffix) -> the request's grammar state."""
+    from ..runtime.constraint import GrammarCompiler, GrammarSpec
+
+    path = args.json_schema or args.grammar
+    if path is None:
+        return None
+    if not path.is_file():
+        raise YggcError(f"{'--json-schema' if args.json_schema else '--grammar'} {path} is not a file")
+    kind = "json_schema" if args.json_schema else "lark" if path.suffix == ".lark" else "gbnf"
+    compiler = GrammarCompiler(verifier.tokenizer, verifier.eos_ids, verifier.graph.cfg.vocab_size)
+    return compiler.constraint(GrammarSpec(kind, path.read_text()))
+
+
 def run_command(args: argparse.Namespace) -> int:
     from ..runtime.tp_processes import launched_world
 
@@ -159,6 +173,7 @@ def run_command(args: argparse.Namespace) -> int:
                         "(--no-spec, no drafter, or the bundle's plan); force a tree with --depth/--width")
     trace = decoder.enable_trace() if args.trace else None
     prompt_ids = prompt_ids_of(args, verifier)
+    decoder.constraint = grammar_of(args, verifier)
     text = StreamDecoder(verifier.tokenizer)
     steps = decoder.stream(prompt_ids, args.n_predict, params, verifier.eos_ids)
     try:

@@ -10,6 +10,7 @@ from ..errors import YggcError
 from ..tree.sampling import SamplingParams, next_token
 from . import prompt_cache
 from .cache_layout import CacheLayout, causal_rows, prefill
+from .constraint import Constraint
 from .loading import device_scope, model_device
 from .logprobs import TokenLogprob, token_logprobs
 from .stats import DecodeStats
@@ -63,6 +64,7 @@ class AutoregressiveDecoder:
         self.stats = DecodeStats()
         self.top_logprobs: int | None = None  # set: each chunk's tokens get their log-probabilities (logprobs.py)
         self.chunk_logprobs: list[TokenLogprob] = []  # of the tokens yielded last
+        self.constraint: Constraint | None = None  # set: a grammar masks every step's logits (constraint.py)
 
     def step(self, token: int, n: int) -> torch.Tensor:
         """Feed `token` at slot n -> logits [V] of the next token."""
@@ -86,7 +88,8 @@ class AutoregressiveDecoder:
         seq = list(prompt_ids)
         n = len(seq)
         while max_new_tokens > 0:
-            kept, st.stop_reason = stop.clip([next_token(logits, params, gen)], st.n_generated)
+            choice = logits if self.constraint is None else self.constraint.mask(logits)
+            kept, st.stop_reason = stop.clip([next_token(choice, params, gen)], st.n_generated)
             st.n_generated += 1
             if st.n_generated == 1:
                 st.prefill_s = time.perf_counter() - t0
@@ -94,6 +97,8 @@ class AutoregressiveDecoder:
             if self.top_logprobs is not None:
                 self.chunk_logprobs = token_logprobs(logits[None], kept, self.top_logprobs, self.model.cfg.vocab_size)
             seq += kept
+            if self.constraint is not None:
+                self.constraint.commit(kept)
             prompt_cache.note(self.model, seq, n)  # the cache holds all but the token just chosen
             yield kept
             st.stop_reason = st.stop_reason or stop.kv_full(n, 1)

@@ -28,6 +28,7 @@ from ..tree.sampling import SamplingParams
 from . import drafters, loading
 from .autoregressive import AutoregressiveDecoder
 from .buckets import CompiledModel, load_bucket
+from .constraint import Constraint, GrammarCompiler, GrammarSpec
 from .detokenize import StreamDecoder
 from .device import resolve_device
 from .logprobs import TokenLogprob
@@ -77,6 +78,7 @@ class Runtime:
         # the plan calibrated at a temperature (`yggc compile --temp`): (shape, verdict) for T > 0 requests
         self.sampling_plan: tuple[TreeShape, bool] | None = None
         self.rank_rates: tuple[float, ...] = RANK_ACCEPTANCE  # a sampled tree's price of each draw rank
+        self.grammars: GrammarCompiler | None = None  # made at the first constrained request
 
     @classmethod
     def load(cls, path: str | Path) -> Runtime:
@@ -163,8 +165,8 @@ class Runtime:
     def stream_tokens(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, temperature: float = 0.0,
                       top_k: int = 0, top_p: float = 1.0, seed: int | None = None, decoder=None,
                       messages: list[dict[str, str]] | None = None, blocking: bool = True,
-                      min_p: float = 0.0, prompt_cache: bool = True,
-                      logprobs: int | None = None) -> Iterator[list[int]]:
+                      min_p: float = 0.0, prompt_cache: bool = True, logprobs: int | None = None,
+                      grammar: GrammarSpec | Constraint | None = None) -> Iterator[list[int]]:
         """Accepted token ids per iteration; a chat stops at the template's end of turn.
 
         Holds the Runtime from the first next() until the end, close() or garbage collection;
@@ -172,13 +174,15 @@ class Runtime:
         only what follows the longest prefix of the prompt the caches already hold from the last request (a
         multi-turn chat's earlier turns); the output is the same either way. logprobs=N (0 or more): each token's
         log-probability and the N most likely alternatives (runtime/logprobs.py) go to last_logprobs as they are
-        yielded (and the decoder's chunk_logprobs holds the last chunk's)."""
+        yielded (and the decoder's chunk_logprobs holds the last chunk's). grammar: the output follows it
+        (GrammarSpec("json_schema", text), "json_object", "gbnf", "lark" or "regex"; runtime/constraint.py)."""
         ticket = self.requests.acquire(blocking)
         dec = steps = None
         try:
             params = SamplingParams(temperature, top_k, top_p, seed, min_p)
             dec = decoder or self.decoder(sampling=not params.greedy)
             dec.top_logprobs, self.last_logprobs = logprobs, []
+            dec.constraint = self.constraint(grammar) if isinstance(grammar, GrammarSpec) else grammar
             steps = dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids, prompt_cache)
             while True:
                 with self.requests.step(ticket):  # StreamInterrupted if a newer request reused the cache
@@ -194,6 +198,12 @@ class Runtime:
             if dec is not None and self.requests.holds(ticket):
                 self.last_stats = dec.stats
             self.requests.release(ticket)
+
+    def constraint(self, spec: GrammarSpec) -> Constraint:
+        """A fresh grammar state for one request (checks the grammar: one YggcError line if it is not one)."""
+        if self.grammars is None:
+            self.grammars = GrammarCompiler(self.tokenizer, self.verifier.eos_ids, self.verifier.graph.cfg.vocab_size)
+        return self.grammars.constraint(spec)
 
     def stream(self, prompt: str | list[int] | None = None, max_new_tokens: int = 128, **kw) -> Iterator[str]:
         """Yields text pieces as they are accepted (prompt text or ids, or messages=[...])."""

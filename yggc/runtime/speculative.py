@@ -19,17 +19,18 @@ from ..errors import YggcError
 from ..plan.depth_predictor import root_features
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
-from ..tree.egt import egt_frontier, egt_init, egt_tree
+from ..tree.egt import egt_frontier, egt_init, egt_step, egt_tree
 from ..tree.prune import prune_topk
 from ..tree.recursive_rejection import verify_tree_rrs
 from ..tree.sampled_egt import RANK_ACCEPTANCE, race_keys, sampled_egt_root_step, sampled_egt_step
 from ..tree.sampling import SamplingParams, next_token, sample_index, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.traversal import verify_tree_traversal
-from ..tree.verification import verify_tree_sampling
+from ..tree.verification import verify_greedy, verify_tree_sampling
 from . import prompt_cache
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
 from .cache_layout import CacheLayout, prefill
+from .constraint import Constraint, path_to
 from .draft_phase import DraftPhase, align_vocab
 from .loading import device_scope, model_device
 from .logprobs import TokenLogprob, token_logprobs
@@ -79,6 +80,7 @@ class SpeculativeDecoder:
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.top_logprobs: int | None = None  # set: each chunk's tokens get their log-probabilities (logprobs.py)
         self.chunk_logprobs: list[TokenLogprob] = []  # of the tokens yielded last
+        self.constraint: Constraint | None = None  # set: a grammar masks every verified row (constraint.py)
         self.new_logits: torch.Tensor | None = None  # [k+1, vocab] the verifier's rows that chose the new tokens
         self.stats = DecodeStats()
         self.trace = NoTrace()
@@ -173,6 +175,21 @@ class SpeculativeDecoder:
         tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
         return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width, anc)
 
+    def draft_tree_constrained(self, pending: list[int], n: int) -> Draft:
+        """Greedy EGT growth under the request's grammar: each node's drafter logits masked by what the grammar
+        allows after its path, so every draft can be accepted; eager, around the drafter's forward."""
+        D, W = self.shape.depth, self.shape.width
+        view = self.layout.view(n + self.shape.n_nodes)
+        root = self.constraint.mask(self.root_logits(pending, n))[None]  # [1, vocab]
+        state = egt_step(egt_init(pending[-1], D, W, self.vocab), torch.log_softmax(root, -1).expand(W, -1))
+        for _ in range(D - 1):
+            f = egt_frontier(state)
+            logits = self.node_logits(f.tokens, state.parents[f.ids], f.ids, f.depth, f.mask, n, view)  # [W, vocab]
+            tokens, parents = state.tokens.tolist(), state.parents.tolist()
+            masks = self.constraint.masks_after([path_to(i, tokens, parents) for i in f.ids.tolist()])  # [W, vocab]
+            state = egt_step(state, torch.log_softmax(logits.masked_fill(~masks, float("-inf")), -1))
+        return Draft(egt_tree(state), None, 1 + (D - 1) * W, state.anc)
+
     def draft_tree_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
         """T > 0: the EGT grown from draws of the drafter's distribution (sampled_egt), for recursive
         rejection sampling; eager, around the drafter's forward."""
@@ -227,7 +244,8 @@ class SpeculativeDecoder:
     def score_draft(self, draft: Draft, n: int) -> tuple[torch.Tensor, TokenTree, torch.Tensor]:
         """The draft pruned to V nodes and scored by the verifier -> (kept ids [V+1], their subtree, the
         verifier's logits on it [V+1, vocab]); writes the verifier's K/V at slots n.. only."""
-        kept = prune_topk(draft.tree, self.shape.verify)
+        ranked = draft.tree if self.constraint is None else self.constraint.ranked(draft.tree)
+        kept = prune_topk(ranked, self.shape.verify)
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         sub_anc = draft.anc[kept][:, kept]  # kept holds every kept node's ancestors: the subtree's own mask
@@ -235,12 +253,16 @@ class SpeculativeDecoder:
         return kept, sub, self.verifier_logits(sub.tokens, n + sub.depth, slots, mask)
 
     def verify_sampled(self, draft: Draft, n: int, params: SamplingParams, gen: torch.Generator):
-        """Verifier call + a lossless sampling rule on the host -> same as verify_greedy."""
-        kept, sub, logits = self.score_draft(draft, n)
-        probs = target_probs(logits, params)  # [V+1, vocab]
-        if self.on_sampled_verify is not None:
+        """Verifier call + a lossless rule on the host (sampling, or greedy under a grammar) -> as verify_greedy."""
+        kept, sub, raw = self.score_draft(draft, n)
+        logits = raw if self.constraint is None else raw.masked_fill(
+            ~self.constraint.tree_masks(sub.tokens.tolist(), sub.parents.tolist()), float("-inf"))
+        probs = None if params.greedy else target_probs(logits, params)  # [V+1, vocab]
+        if self.on_sampled_verify is not None and probs is not None:
             self.on_sampled_verify(draft, kept, probs)
-        if draft.q is not None:
+        if probs is None:
+            path, token = verify_greedy(sub.tokens, sub.parents, logits)
+        elif draft.q is not None:
             tau, token = self.chain_rule(sub.tokens[1:], draft.q[:self.shape.verify], probs, gen)
             path = list(range(1, tau + 1))
         elif draft.q_rows is not None:
@@ -251,7 +273,7 @@ class SpeculativeDecoder:
         else:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
         path = torch.tensor(path, dtype=torch.long)
-        self.new_logits = logits[torch.cat([path.new_zeros(1), path])]  # each token's parent row, the root first
+        self.new_logits = raw[torch.cat([path.new_zeros(1), path])]  # each token's parent row, the root first
         self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
         ids = kept[path]
         moves = self.no_moves.clone()
@@ -276,7 +298,7 @@ class SpeculativeDecoder:
         with device_scope(self.device):
             logits = self.prefill_models(prompt_ids, start)
         self.bonus_logits, self.new_logits = logits, logits[None]
-        new = [next_token(logits, params, gen)]
+        new = [next_token(self.constrained(logits), params, gen)]
         seq, n, pending = list(prompt_ids), len(prompt_ids), list(new)
         self.drafter_covered = n  # the drafter's cache holds seq[:drafter_covered]
         while new:
@@ -287,6 +309,8 @@ class SpeculativeDecoder:
             if self.top_logprobs is not None:
                 self.chunk_logprobs = token_logprobs(self.new_logits, kept_tokens, self.top_logprobs, self.vocab)
             seq += new
+            if self.constraint is not None:
+                self.constraint.commit(kept_tokens)  # what is cut (after an EOS) the grammar never sees
             prompt_cache.note(self.verifier, seq, n)  # all but the root
             prompt_cache.note(self.drafter, seq, self.drafter_covered)
             yield kept_tokens
@@ -306,13 +330,16 @@ class SpeculativeDecoder:
                 self.set_shape(shape)
         if stop.kv_full(n, self.shape.n_nodes):
             return self.fallback_step(pending[-1], n, params, gen, stop)
-        compiled = self.compiled_phases and params.greedy  # each phase is one compiled call
+        fused = params.greedy and self.constraint is None  # the greedy verify phase: no grammar masks inside
+        compiled = self.compiled_phases and fused  # each phase is one compiled call
         self.drafter_covered = n + 1  # the draft's head step leaves the drafter's slots 0..n exact, writes past them
         with self.trace.span("iteration", "decode"):
             with self.trace.span("draft", "models" if compiled else "phases"):
-                draft = self.draft_tree(pending, n) if params.greedy else self.draft_sampled(pending, n, params, gen)
+                draft = (self.draft_sampled(pending, n, params, gen) if not params.greedy
+                         else self.draft_tree(pending, n) if self.constraint is None
+                         else self.draft_tree_constrained(pending, n))
             with self.trace.span("verify", "models" if compiled else "phases"):
-                new, last_id, max_depth = (self.verify_greedy(draft, n) if params.greedy
+                new, last_id, max_depth = (self.verify_greedy(draft, n) if fused
                                            else self.verify_sampled(draft, n, params, gen))
         k = len(new) - 1
         self.record(max_depth, self.shape.verify, k)
@@ -333,8 +360,12 @@ class SpeculativeDecoder:
             return [], n, []
         logits = self.verifier_alone.step(root, n)
         self.new_logits = logits[None]
-        token = next_token(logits, params, gen)
+        token = next_token(self.constrained(logits), params, gen)
         return [token], n + 1, [token]
+
+    def constrained(self, logits: torch.Tensor) -> torch.Tensor:
+        """logits [vocab] with what the request's grammar forbids now at -inf (as they are without one)."""
+        return logits if self.constraint is None else self.constraint.mask(logits)
 
     def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
         st = self.stats

@@ -21,9 +21,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from ..errors import YggcError
+from ..runtime.constraint import Constraint
 from ..runtime.runtime import Runtime
 from . import wire
-from .api_errors import ApiError
+from .api_errors import ApiError, bad_param
 from .guards import allowed_hosts, check_auth, check_host, check_json_type, parse_json, read_body
 from .jobs import Delta, Event, Failed, Finished, Job, Started
 from .metrics import Metrics
@@ -39,13 +41,19 @@ def error_response(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
 
 
-def prepare(runtime: Runtime, settings: ServeSettings, body: bytes, chat: bool) -> tuple[CompletionRequest, list[int]]:
-    """The checked request and its prompt's token ids (in a worker thread: JSON, template, tokenizer)."""
+def prepare(runtime: Runtime, settings: ServeSettings, body: bytes,
+            chat: bool) -> tuple[CompletionRequest, list[int], Constraint | None]:
+    """The checked request, its prompt's token ids and its grammar's state (in a worker thread: JSON, template,
+    tokenizer, grammar)."""
     req = parse_request(parse_json(body), chat)
     if req.model != settings.model_id:
         raise ApiError(404, f"the model {req.model[:80]!r} does not exist; this server serves "
                        f"{settings.model_id!r}", param="model", code="model_not_found")
-    return req, prompt_ids(runtime, req)
+    try:
+        constraint = runtime.constraint(req.grammar) if req.grammar is not None else None
+    except YggcError as e:
+        raise bad_param("grammar" if req.grammar.kind == "gbnf" else "response_format", str(e)) from None
+    return req, prompt_ids(runtime, req), constraint
 
 
 async def events(job: Job, request: Request) -> AsyncIterator[Event]:
@@ -158,10 +166,10 @@ def create_app(runtime: Runtime, settings: ServeSettings) -> FastAPI:
         check_auth(request, settings.api_key)
         check_json_type(request)
         body = await read_body(request, settings.max_body_bytes(max_seq))
-        req, ids = await asyncio.to_thread(prepare, runtime, settings, body, chat)
+        req, ids, constraint = await asyncio.to_thread(prepare, runtime, settings, body, chat)
         default = max_seq - len(ids) if chat else TEXT_DEFAULT_MAX_TOKENS
         sampling = dataclasses.replace(req.sampling, max_tokens=req.sampling.max_tokens or default)
-        job = Job(tuple(ids), sampling, asyncio.get_running_loop(), req.logprobs, req.cache_prompt)
+        job = Job(tuple(ids), sampling, asyncio.get_running_loop(), req.logprobs, req.cache_prompt, constraint)
         worker.submit(job)
         return await answer(job, request, req)
 

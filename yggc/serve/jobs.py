@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ..runtime.constraint import Constraint
 from .api_errors import ApiError
 from .params import Sampling
 
@@ -58,9 +59,10 @@ class Job:
     went away: nothing more is sent), abort(error) too, and then it ends with Failed(error)."""
 
     def __init__(self, prompt_ids: tuple[int, ...], sampling: Sampling, loop: asyncio.AbstractEventLoop,
-                 logprobs: int | None = None, cache_prompt: bool = True):
+                 logprobs: int | None = None, cache_prompt: bool = True, constraint: Constraint | None = None):
         self.prompt_ids, self.sampling, self.loop = prompt_ids, sampling, loop
         self.logprobs, self.cache_prompt = logprobs, cache_prompt  # CompletionRequest's fields
+        self.constraint = constraint  # the request's grammar state, where it has one
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.abort_error: ApiError | None = None  # why the server stopped it (None: cancelled by its client)

@@ -2,17 +2,19 @@
 
 Every bad field is an ApiError 400 naming the field. Each endpoint has an allow-list of the fields it
 implements (CHAT_FIELDS, TEXT_FIELDS); any other field with a value is refused with a 400 naming it,
-so that a request for something yggc does not do (grammar, json_schema, ignore_eos, min_tokens,
-tools, ...) never gets unconstrained text as if it had been honoured. Some allowed fields are OpenAI
+so that a request for something yggc does not do (guided_json, ignore_eos, min_tokens, tools, ...) never
+gets unconstrained text as if it had been honoured. Some allowed fields are OpenAI
 features yggc implements only at their neutral value (n: 1, penalties 0, logit_bias {}, ...): any other
 value is refused too. null (and an empty list or object) asks for nothing and is accepted anywhere.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..runtime.constraint import GrammarSpec
 from .api_errors import ApiError, bad_param, unsupported
 
 MAX_STOP = 4                  # OpenAI allows up to 4 stop sequences
@@ -27,7 +29,7 @@ SHOWN = 80                    # a value quoted in an error message is cut to thi
 # last request's longest common prefix; the fields of NEUTRAL are accepted at their neutral value only.
 COMMON_FIELDS = frozenset({"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k",
                            "min_p", "seed", "stop", "user", "n", "frequency_penalty", "presence_penalty",
-                           "repetition_penalty", "logit_bias", "logprobs", "cache_prompt"})
+                           "repetition_penalty", "logit_bias", "logprobs", "cache_prompt", "grammar"})
 CHAT_FIELDS = COMMON_FIELDS | {"messages", "max_completion_tokens", "response_format", "top_logprobs"}
 TEXT_FIELDS = COMMON_FIELDS | {"prompt", "best_of", "echo", "suffix"}
 MESSAGE_FIELDS = frozenset({"role", "content"})  # `name` and tool calls are not rendered: refused
@@ -66,6 +68,7 @@ class CompletionRequest:
     include_usage: bool                       # stream_options.include_usage: a last chunk with usage
     logprobs: int | None = None               # alternatives listed per token's logprob; None: no logprobs
     cache_prompt: bool = True                 # reuse the last request's K/V of the common prefix
+    grammar: GrammarSpec | None = None        # response_format (json_object, json_schema) or grammar (GBNF)
 
     def messages_as_dicts(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.content} for m in self.messages or ()]
@@ -144,22 +147,37 @@ def refuse_unsupported(body: dict, chat: bool) -> None:
         v = body.get(key)
         if v is not None and not is_neutral(v, neutral):
             raise unsupported(key, f"{key} other than {neutral!r}")
-    if chat:
-        response_format(body.get("response_format"))
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad_param("stream_options", f"stream_options must be an object, got {shown(options)}")
     refuse_unknown(options or {}, STREAM_OPTIONS, "stream_options.", endpoint)
 
 
-def response_format(fmt: Any) -> None:
-    """{"type": "text"} is what yggc writes; structured output (json_object, json_schema) is refused."""
-    if fmt is None or fmt == {"type": "text"}:
-        return
+def response_format(fmt: Any) -> GrammarSpec | None:
+    """{"type": "text"} (what yggc writes anyway), "json_object", or "json_schema" with json_schema.schema."""
     kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if isinstance(kind, str) and kind != "text":
-        raise unsupported("response_format", f"response_format of type {shown(kind)} (structured output)")
-    raise bad_param("response_format", f"response_format must be {{'type': 'text'}}, got {shown(fmt)}")
+    if fmt is None or kind == "text":
+        return None
+    if kind == "json_object":
+        return GrammarSpec("json_object", "")
+    schema = fmt.get("json_schema", {}).get("schema") if isinstance(fmt.get("json_schema"), dict) else None
+    if kind == "json_schema" and isinstance(schema, dict):
+        return GrammarSpec("json_schema", json.dumps(schema))
+    raise bad_param("response_format", "response_format must be {'type': 'text'}, {'type': 'json_object'} or "
+                    "{'type': 'json_schema', 'json_schema': {'name': ..., 'schema': {...}}}, got " + shown(fmt))
+
+
+def grammar_of(body: dict, chat: bool) -> GrammarSpec | None:
+    """Chat's response_format, or `grammar` (GBNF, as llama-server takes it) on either endpoint."""
+    fmt = response_format(body.get("response_format")) if chat else None
+    text = body.get("grammar")
+    if text is None:
+        return fmt
+    if not isinstance(text, str) or not text.strip():
+        raise bad_param("grammar", f"grammar must be a GBNF grammar (a non-empty string), got {shown(text)}")
+    if fmt is not None:
+        raise bad_param("grammar", "give a grammar or a JSON response_format, not both")
+    return GrammarSpec("gbnf", text)
 
 
 def sampling(body: dict, chat: bool) -> Sampling:
@@ -252,4 +270,5 @@ def parse_request(body: Any, chat: bool) -> CompletionRequest:
     return CompletionRequest(chat=chat, model=model, prompt=None if chat else prompt_of(body),
                              messages=messages_of(body) if chat else None, sampling=sampling(body, chat),
                              stream=stream, include_usage=bool(stream and (options or {}).get("include_usage")),
-                             logprobs=logprobs_of(body, chat), cache_prompt=flag(body, "cache_prompt", True))
+                             logprobs=logprobs_of(body, chat), cache_prompt=flag(body, "cache_prompt", True),
+                             grammar=grammar_of(body, chat))

@@ -125,7 +125,8 @@ class DecodeWorker:
         text = TextStream(rt.tokenizer, s.stop)
         n_generated, first_at, last_at, cancelled = 0, None, None, False
         steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,
-                                 decoder=dec, min_p=s.min_p, prompt_cache=job.cache_prompt, logprobs=job.logprobs)
+                                 decoder=dec, min_p=s.min_p, prompt_cache=job.cache_prompt, logprobs=job.logprobs,
+                                 grammar=job.constraint)
         try:
             for tokens in steps:
                 last_at = time.perf_counter()

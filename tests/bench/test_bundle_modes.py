@@ -1,4 +1,7 @@
-"""`yggc bench --turns`: the second turn of a chat, cold and with the prompt cache, on the same first token."""
+"""`yggc bench --turns` and `--json-schema`: a chat's second turn cold and cached; TPOT under a JSON schema."""
+import pytest
+
+from yggc.bench.structured import schema_table, schema_tpot
 from yggc.bench.turns import FOLLOW_UP, TurnTimes, second_turn, turns_table
 from yggc.cli.main import main
 
@@ -21,4 +24,16 @@ def test_the_table_lists_each_prompt_and_the_median_ratio():
 
 def test_turns_needs_a_bundle(capsys):
     assert main(["bench", "--turns"]) == 2
-    assert capsys.readouterr().err.strip() == "yggc: error: --turns times a bundle's prompt cache; pass --bundle BUNDLE"
+    assert capsys.readouterr().err.strip() == "yggc: error: --turns measures a bundle; pass --bundle BUNDLE"
+
+
+def test_json_schema_tpot_decodes_both_modes_and_follows_the_schema(demo_runtime):
+    import json
+
+    pytest.importorskip("llguidance")
+    schema = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                         "additionalProperties": False})
+    free, constrained = schema_tpot(demo_runtime, ["Give a number as JSON."], schema, 24, 1)
+    assert (free.mode, constrained.mode, free.answers, constrained.answers) == ("free", "json_schema", 1, 1)
+    text = schema_table([free, constrained])
+    assert text.splitlines()[3].startswith("| json_schema |") and text.splitlines()[-1].startswith("json_schema / free")
