@@ -11,6 +11,18 @@
 4. Reports requests served, p50/p99 time to first token and TPOT (client-side, from the stream),
    tokens per client sequence, wrong and lost answers, and the server's RSS at warm-up, during the
    run and at the end (growth after warm-up should be ~0). Exit 1 if any answer was wrong or lost.
+
+--oversize N (N > 0) measures how oversize requests disturb a stream, after the warm-up and before the
+soak loop (which then runs as usual; --minutes 0 skips it):
+
+    python tools/soak_serve.py --bundle demo.bundle --clients 1 --minutes 0 --oversize 8
+
+One greedy streaming /v1/chat/completions request (the first prompt, --max-tokens new tokens) is measured
+twice: alone (the baseline), then while N concurrent requests with a ~1 MB text prompt, far beyond any
+context, go to /v1/completions (sent 0.3 s after its first token; each must get a 4xx, quickly). The
+client-side arrival time of every streamed chunk with text gives one line per run: the chunks, the median
+and largest gap between chunks, their ratio, and the oversize requests' statuses and total time (from the
+first sent to the last answered). Exit 1 also if an oversize request got no 4xx or a measured stream failed.
 """
 from __future__ import annotations
 
@@ -29,6 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PROMPTS = REPO / "yggc" / "demo_pair" / "prompts.json"
 READY = re.compile(r"yggc: serving '(.+?)' .* at (http://\S+/v1)")
+OVERSIZE_AFTER_S = 0.3       # the oversize requests go this long after the measured stream's first text
+OVERSIZE_CHARS = 1_000_000   # each one's prompt (plain ASCII: the JSON body stays under the server's 1 MiB limit)
 
 
 @dataclass
@@ -133,6 +147,118 @@ def client_loop(base_url: str, model: str, prompts: list[str], refs: list[str], 
         i += 1
 
 
+@dataclass
+class StreamProbe:
+    """One measured stream and the oversize requests sent while it streamed."""
+    oversize: int                                           # how many were sent
+    arrivals: list[float] = field(default_factory=list)     # perf_counter of each chunk with text
+    text: str = ""
+    error: str = ""                                         # why the measured stream failed ("" if it did not)
+    statuses: list[int | str] = field(default_factory=list)  # each oversize request's status (or exception)
+    oversize_sent: float | None = None                      # perf_counter when the first was sent
+    oversize_s: float | None = None                         # from the first sent to the last answered
+
+    def gaps_ms(self) -> list[float]:
+        return [1000 * (b - a) for a, b in zip(self.arrivals, self.arrivals[1:])]
+
+    def summary(self) -> dict:
+        gaps = self.gaps_ms()
+        median, largest = percentile(gaps, 0.5), max(gaps, default=float("nan"))
+        first, last = (self.arrivals[0], self.arrivals[-1]) if self.arrivals else (0.0, 0.0)
+        return {"oversize": self.oversize, "chunks": len(self.arrivals), "gap_ms_median": round(median, 2),
+                "gap_ms_max": round(largest, 2), "gap_max_over_median": round(largest / median, 2) if median else None,
+                "oversize_statuses": self.statuses,
+                "oversize_total_ms": round(1000 * self.oversize_s, 1) if self.oversize_s is not None else None,
+                "oversize_sent_ms_after_first": (round(1000 * (self.oversize_sent - first), 1)
+                                                 if self.oversize_sent is not None else None),
+                "stream_ms_first_to_last": round(1000 * (last - first), 1), "error": self.error}
+
+    def line(self, baseline: StreamProbe | None) -> str:
+        s = self.summary()
+        out = (f"oversize {self.oversize:2d}: {s['chunks']} chunks, gap median {s['gap_ms_median']:.1f} ms, "
+               f"max {s['gap_ms_max']:.1f} ms, max/median {s['gap_max_over_median']}")
+        if self.oversize:
+            counts = {k: self.statuses.count(k) for k in dict.fromkeys(self.statuses)}
+            out += (f"; oversize statuses {', '.join(f'{k} x{n}' for k, n in counts.items())} in "
+                    f"{s['oversize_total_ms']} ms (sent {s['oversize_sent_ms_after_first']} ms after the first chunk; "
+                    f"the stream ran {s['stream_ms_first_to_last']} ms)")
+        else:
+            out += f"; the stream ran {s['stream_ms_first_to_last']} ms"
+        if baseline is not None:
+            out += f"; text {'same as' if self.text == baseline.text else 'DIFFERS from'} the baseline"
+        return out + (f"; FAILED: {self.error}" if self.error else "")
+
+
+def oversize_body(model: str, prompts: list[str]) -> bytes:
+    """A /v1/completions body whose prompt is ~1 MB of the prompts' text (ASCII, nothing JSON must escape)."""
+    words = " ".join(" ".join(prompts).split()).encode("ascii", "ignore").decode().replace('"', "").replace("\\", "")
+    prompt = (words + " ") * (OVERSIZE_CHARS // (len(words) + 1) + 1)
+    return json.dumps({"model": model, "prompt": prompt[:OVERSIZE_CHARS], "max_tokens": 1}).encode()
+
+
+def send_oversize(base_url: str, body: bytes, n: int, probe: StreamProbe) -> None:
+    """n concurrent oversize requests; their statuses and total time go to probe."""
+    import httpx
+
+    statuses: list[int | str] = [""] * n
+
+    def one(i: int) -> None:
+        try:
+            statuses[i] = httpx.post(f"{base_url}/completions", content=body, timeout=120,
+                                     headers={"content-type": "application/json"}).status_code
+        except httpx.HTTPError as e:
+            statuses[i] = type(e).__name__
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    probe.oversize_sent = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    probe.oversize_s = time.perf_counter() - probe.oversize_sent
+    probe.statuses = statuses
+
+
+def probe_stream(base_url: str, model: str, prompt: str, max_tokens: int, oversize: int, body: bytes) -> StreamProbe:
+    """One greedy streaming chat completion, timing each chunk's arrival; with oversize > 0, that many oversize
+    requests go OVERSIZE_AFTER_S after its first text."""
+    import httpx
+
+    probe, pieces, launcher = StreamProbe(oversize), [], None
+    request = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+               "temperature": 0, "stream": True}
+    try:
+        with httpx.stream("POST", f"{base_url}/chat/completions", json=request, timeout=120) as r:
+            if r.status_code != 200:
+                probe.error = f"status {r.status_code}: {r.read()[:200]!r}"
+                return probe
+            for line in r.iter_lines():
+                now = time.perf_counter()
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                obj = json.loads(line[6:])
+                if "error" in obj:
+                    probe.error = f"error in the stream: {line[6:206]}"
+                for choice in obj.get("choices", []):
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        probe.arrivals.append(now)
+                        pieces.append(piece)
+                        if oversize and launcher is None:
+                            launcher = threading.Timer(OVERSIZE_AFTER_S, send_oversize,
+                                                       args=(base_url, body, oversize, probe))
+                            launcher.start()
+    except httpx.HTTPError as e:
+        probe.error = f"{type(e).__name__}: {e}"
+    finally:
+        if launcher is not None:
+            launcher.join()  # the timer's thread returns once send_oversize has all the answers
+    probe.text = "".join(pieces)
+    if oversize and not (probe.statuses and all(isinstance(c, int) and 400 <= c < 500 for c in probe.statuses)):
+        probe.error = probe.error or f"an oversize request got no 4xx: {probe.statuses}"
+    return probe
+
+
 def report(logs: list[ClientLog], rss: dict[str, float], seconds: float, args: argparse.Namespace,
            server_metrics: str) -> dict:
     done = [o for log in logs for o in log.outcomes]
@@ -164,6 +290,9 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128, help="new tokens per request (default 128)")
     ap.add_argument("--prompts", type=int, default=8, help="distinct prompts from the demo prompt set (default 8)")
     ap.add_argument("--threads", type=int, default=1, help="the server's torch threads (default 1)")
+    ap.add_argument("--oversize", type=int, default=0, metavar="N",
+                    help="after the warm-up, measure one chat stream alone and then under N concurrent ~1 MB "
+                    "oversize requests (default 0: off)")
     ap.add_argument("--json", metavar="OUT", help="also write the report as JSON (the server's log goes to "
                     "$TMPDIR/yggc-soak-server.log)")
     args = ap.parse_args()
@@ -178,6 +307,14 @@ def main() -> int:
 
         warm = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=120)
         warm_wrong = sum(ask(warm, model, p, args.max_tokens, r).wrong for p, r in zip(prompts, refs))
+        probes = []
+        if args.oversize > 0:  # the baseline stream, then the same stream under N oversize requests
+            body = oversize_body(model, prompts)
+            print(f"soak: measuring a chat stream alone, then with {args.oversize} oversize requests of "
+                  f"{len(body) / 1e6:.2f} MB each", file=sys.stderr)
+            for n in (0, args.oversize):
+                probes.append(probe_stream(url, model, prompts[0], args.max_tokens, n, body))
+                print(probes[-1].line(probes[0] if n else None), flush=True)
         rss = {"warmup": rss_mib(proc.pid)}
         samples = [rss["warmup"]]
         print(f"soak: {url} warm (rss {rss['warmup']:.1f} MiB); {args.clients} clients for {args.minutes} min",
@@ -209,9 +346,13 @@ def main() -> int:
     out["server_exit_code"] = proc.returncode
     for k, v in out.items():
         print(f"{k:28s} = {round(v, 3) if isinstance(v, float) else v}")
+    for probe in probes:  # again, beside the report
+        print(probe.line(probes[0] if probe.oversize else None))
+    if probes:
+        out["oversize_probes"] = [p.summary() for p in probes]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-    return 1 if out["wrong"] or out["lost"] else 0
+    return 1 if out["wrong"] or out["lost"] or any(p.error for p in probes) else 0
 
 
 if __name__ == "__main__":

@@ -2,18 +2,22 @@
 import pytest
 
 from yggc.bench.structured import schema_table, schema_tpot
-from yggc.bench.turns import FOLLOW_UP, TurnTimes, second_turn, turns_table
+from yggc.bench.turns import FOLLOW_UPS, TurnTimes, conversation, second_turn, turns_table
 from yggc.cli.main import main
 
 
-def test_the_second_turn_reuses_the_first_and_starts_with_the_same_token(demo_runtime):
+def test_the_next_turn_reuses_the_ones_before_and_starts_with_the_same_token(demo_runtime):
     rt = demo_runtime
-    times = second_turn(rt, "Write a function that adds two numbers.", 16, 2)
-    first = rt.encode(messages=[{"role": "user", "content": "Write a function that adds two numbers."}])
-    turn_tail = rt.encode(messages=[{"role": "user", "content": FOLLOW_UP}])
-    assert times.prompt_tokens > len(first) + len(turn_tail) // 2
+    question = "Write a function that adds two numbers."
+    times = second_turn(rt, question, 16, 2)  # one answer and a follow-up
+    first = rt.encode(messages=[{"role": "user", "content": question}])
+    follow_up = rt.encode(messages=[{"role": "user", "content": FOLLOW_UPS[0]}])
+    assert times.prompt_tokens > len(first) + len(follow_up) // 2
     assert len(first) <= times.cached_tokens < times.prompt_tokens
     assert times.cold_ms > 0 and times.warm_ms > 0
+    chat = conversation(rt, question, 16, 150)  # turns until the prompt holds 150 tokens
+    assert len(rt.encode(messages=chat)) >= 150 and len(chat) >= 5 and chat[-1]["role"] == "user"
+    assert [m["content"] for m in chat[2::2]] == list(FOLLOW_UPS[:len(chat[2::2])])
 
 
 def test_the_table_lists_each_prompt_and_the_median_ratio():

@@ -69,11 +69,14 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     lc.add_argument("--gguf", type=Path, metavar="FILE",
                     help="the GGUF llama.cpp-gguf decodes, e.g. a quantized one (default: -m when it is a .gguf)")
     p.add_argument("--turns", action="store_true",
-                   help="instead of the rows: a chat's second turn through --bundle, time to first token with the "
-                        "prompt cache beside a cold prefill, per prompt (-n answer tokens of the first turn)")
+                   help="instead of the rows: a chat's next turn through --bundle, time to first token with the "
+                        "prompt cache beside a cold prefill, per prompt (answers of -n tokens; see --turn-tokens)")
+    p.add_argument("--turn-tokens", type=POSITIVE, default=1000,
+                   help="with --turns: the chat goes on until the timed turn's prompt holds this many tokens "
+                        "(default 1000)")
     p.add_argument("--json-schema", type=Path, metavar="FILE",
-                   help="instead of the rows: TPOT of --bundle's answers under this JSON schema beside free answers, "
-                        "per prompt (-n tokens each)")
+                   help="instead of the rows: TPOT of --bundle's answers under this JSON schema beside free answers "
+                        "(-n tokens at most each) to 50 requests for a JSON record, or --prompts-file's")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
 
@@ -168,7 +171,7 @@ def bench_command(args: argparse.Namespace) -> int:
 def bundle_mode_command(args: argparse.Namespace) -> int:
     """--turns or --json-schema: one measurement of --bundle per prompt, printed as a table."""
     from ..bench.prompt_sets import load_prompt_texts
-    from ..bench.structured import schema_table, schema_tpot
+    from ..bench.structured import json_requests, schema_table, schema_tpot
     from ..bench.turns import second_turn, turns_table
     from ..errors import YggcError
     from ..runtime import Runtime
@@ -179,12 +182,14 @@ def bundle_mode_command(args: argparse.Namespace) -> int:
     if args.json_schema is not None and not args.json_schema.is_file():
         raise YggcError(f"--json-schema {args.json_schema} is not a file")
     rt = Runtime.load(args.bundle)
-    texts = load_prompt_texts(args.prompts_file)[0][:args.prompts or FULL["prompts"]]
     n_new, repeats = args.n or FULL["n"], args.repeats or FULL["repeats"]
     if args.turns:
-        print(turns_table([second_turn(rt, text, n_new, repeats) for text in texts]))
-    else:
-        print(schema_table(schema_tpot(rt, texts, args.json_schema.read_text(), n_new, repeats)))
+        texts = load_prompt_texts(args.prompts_file)[0][:args.prompts or FULL["prompts"]]
+        print(turns_table([second_turn(rt, text, n_new, repeats, args.turn_tokens) for text in texts]))
+        return 0
+    texts = load_prompt_texts(args.prompts_file)[0] if args.prompts_file else json_requests()
+    texts = texts[:args.prompts or len(texts)]
+    print(schema_table(schema_tpot(rt, texts, args.json_schema.read_text(), n_new, repeats)))
     return 0
 
 

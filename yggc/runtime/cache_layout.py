@@ -41,15 +41,25 @@ def causal_rows(slots: torch.Tensor, view: int) -> torch.Tensor:
     return torch.arange(view, device=slots.device)[None, :] <= slots[:, None]
 
 
+def takes_width(model, width: int) -> bool:
+    """Whether a call of `width` rows runs as fast as it can: a graph, or a bundle's model with a bucket or an O2
+    package for it (not the eager fallback of a model whose buckets miss that width)."""
+    runner = getattr(model, "runner", None)
+    return runner is None or runner(width) is not None
+
+
 def prefill(model, ids: list[int], start: int, layout: CacheLayout, chunk: int) -> torch.Tensor:
-    """Write K/V of `ids` at slots start.. in fixed chunks (padding -> trash slot) -> last logits [V]."""
+    """Write K/V of `ids` at slots start.. in chunks of `chunk` rows -> last logits [V]. The last chunk runs at its
+    own width where the model takes it (a follow-up turn's few new tokens are not padded to a whole chunk), else
+    padded (padding rows go to the trash slot)."""
     logits = None
     for c0 in range(0, len(ids), chunk):
         part = ids[c0:c0 + chunk]
         n_real = len(part)
-        slots = torch.full((chunk,), layout.trash, dtype=torch.long)
+        width = n_real if takes_width(model, n_real) else chunk
+        slots = torch.full((width,), layout.trash, dtype=torch.long)
         slots[:n_real] = torch.arange(start + c0, start + c0 + n_real)
-        tokens = torch.zeros(chunk, dtype=torch.long)
+        tokens = torch.zeros(width, dtype=torch.long)
         tokens[:n_real] = torch.tensor(part)
         positions = torch.where(slots == layout.trash, 0, slots)
         mask = causal_rows(slots, layout.view(start + c0 + n_real))

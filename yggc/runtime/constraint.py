@@ -100,7 +100,8 @@ class Constraint:
             if self.matcher.is_stopped():
                 return
             if not self.matcher.consume_token(t):
-                raise YggcError(f"internal error: the grammar refused emitted token {t}: {self.matcher.get_error()}")
+                error = self.matcher.get_error().strip().splitlines()[0]
+                raise YggcError(f"the grammar could not go on after token {t} ({error}); simplify the grammar")
 
     def after(self, path: list[int]) -> torch.Tensor | None:
         """[vocab] bool: the tokens allowed after `path` (from the committed state); None if the grammar forbids

@@ -141,7 +141,7 @@ def create_app(runtime: Runtime, settings: ServeSettings) -> FastAPI:
     async def host_guard(request: Request) -> None:
         check_host(request, hosts)
 
-    app = FastAPI(title="yggc", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+    app = FastAPI(title="yggc", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False,
                   dependencies=[Depends(host_guard)])
     app.state.worker, app.state.metrics = worker, metrics
 

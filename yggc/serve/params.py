@@ -109,11 +109,19 @@ def is_neutral(v: Any, neutral: Any) -> bool:
     return (type(v) is type(neutral) or (is_number(v) and is_number(neutral))) and v == neutral
 
 
+def finite(v: int | float) -> bool:
+    """A JSON number a float holds (an integer literal of 400 digits does not)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def number(body: dict, key: str, default: float, low: float, high: float, low_open: bool = False) -> float:
     v = body.get(key)
     if v is None:
         return default
-    if not is_number(v) or not math.isfinite(v) or v > high or v < low or (low_open and v == low):
+    if not is_number(v) or not finite(v) or v > high or v < low or (low_open and v == low):
         bound = "(" if low_open else "["
         raise bad_param(key, f"{key} must be a number in {bound}{low:g}, {high:g}], got {shown(v)}")
     return float(v)
@@ -155,13 +163,16 @@ def refuse_unsupported(body: dict, chat: bool) -> None:
 
 def response_format(fmt: Any) -> GrammarSpec | None:
     """{"type": "text"} (what yggc writes anyway), "json_object", or "json_schema" with json_schema.schema."""
+    if is_empty(fmt):
+        return None
     kind = fmt.get("type") if isinstance(fmt, dict) else None
-    if fmt is None or kind == "text":
+    if kind == "text":
         return None
     if kind == "json_object":
         return GrammarSpec("json_object", "")
-    schema = fmt.get("json_schema", {}).get("schema") if isinstance(fmt.get("json_schema"), dict) else None
-    if kind == "json_schema" and isinstance(schema, dict):
+    spec = fmt.get("json_schema") if kind == "json_schema" else None
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if isinstance(schema, dict):
         return GrammarSpec("json_schema", json.dumps(schema))
     raise bad_param("response_format", "response_format must be {'type': 'text'}, {'type': 'json_object'} or "
                     "{'type': 'json_schema', 'json_schema': {'name': ..., 'schema': {...}}}, got " + shown(fmt))
@@ -232,7 +243,7 @@ def messages_of(body: dict) -> tuple[ChatMessage, ...]:
                         code="missing_required_parameter" if v is None else "invalid_value")
     out = []
     for i, m in enumerate(v):
-        if not isinstance(m, dict) or m.get("role") not in ROLES:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or m["role"] not in ROLES:
             role = m.get("role") if isinstance(m, dict) else m
             raise bad_param(f"messages[{i}]", f"messages[{i}] must have a role of {', '.join(ROLES)}, got "
                             f"{shown(role)}")
