@@ -87,3 +87,11 @@ def tiny_pair(ckpt_root):
         write_checkpoint(v, "tiny_vocab", seed=5, tokenizer=False)
         write_checkpoint(d, "tiny_vocab", seed=6, tokenizer=False)
     return load_model(v, layout.n_slots), load_model(d, layout.n_slots), layout
+
+
+@pytest.fixture(scope="module")
+def decoders(ckpt_root):
+    """kind ("ar", "llama", "eagle3") -> a decoder over tiny random models (tests/decoder_kinds.py)."""
+    from decoder_kinds import make_decoders
+
+    return make_decoders(ckpt_root / "kinds")

@@ -3,7 +3,7 @@ over the whole sequence in one causal forward: plain AR, tree decoding with eith
 sampled, and through the fallback steps at the end of the context."""
 import pytest
 import torch
-from conftest import KINDS, VOCAB
+from decoder_kinds import KINDS, VOCAB
 
 from yggc.runtime import prompt_cache
 from yggc.runtime.cache_layout import causal_rows

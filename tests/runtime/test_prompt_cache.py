@@ -3,7 +3,7 @@ decodes the same tokens as a cold start: plain AR, a standalone drafter and an E
 sampling, after a finished, a closed or a diverging request."""
 import pytest
 import torch
-from conftest import KINDS, VOCAB
+from decoder_kinds import KINDS, VOCAB
 
 from yggc.runtime import prompt_cache
 from yggc.tree.sampling import SamplingParams

@@ -1,5 +1,6 @@
-"""Decoders of every kind over tiny random models, shared by the request-level runtime tests."""
-import pytest
+"""Decoders of every kind over tiny random models (the `decoders` fixture of tests/conftest.py)."""
+from pathlib import Path
+
 import torch
 from checkpoints import write_checkpoint
 from yggc.graphs import load_model
@@ -15,11 +16,9 @@ KINDS = ("ar", "llama", "eagle3")
 VOCAB = 8
 
 
-@pytest.fixture(scope="module")
-def decoders(ckpt_root):
+def make_decoders(root: Path) -> dict:
     """kind -> decoder over 8-token random models, where a random head's drafts are often right (the AR decoder
-    shares the standalone pair's verifier graph), tree (3, 2, 5), 256-token context."""
-    root = ckpt_root / "kinds"
+    shares the standalone pair's verifier graph), tree (3, 2, 5), 256-token context (checkpoints under root)."""
     v = root / "v"
     if not v.exists():
         write_checkpoint(v, "tiny_vocab", seed=5)
