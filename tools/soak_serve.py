@@ -196,27 +196,58 @@ def oversize_body(model: str, prompts: list[str]) -> bytes:
     return json.dumps({"model": model, "prompt": prompt[:OVERSIZE_CHARS], "max_tokens": 1}).encode()
 
 
-def send_oversize(base_url: str, body: bytes, n: int, probe: StreamProbe) -> None:
-    """n concurrent oversize requests; their statuses and total time go to probe."""
+def send_oversize(base_url: str, body: bytes, n: int, go, results) -> None:
+    """In a process of its own (so its threads never hold the GIL of the one that times the stream): n concurrent
+    oversize requests through one httpx.Client made up front, sent when `go` is set; puts "ready" on `results`,
+    then (statuses, seconds from the first sent to the last answered)."""
     import httpx
 
+    client = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=n))
     statuses: list[int | str] = [""] * n
 
     def one(i: int) -> None:
+        go.wait()
         try:
-            statuses[i] = httpx.post(f"{base_url}/completions", content=body, timeout=120,
-                                     headers={"content-type": "application/json"}).status_code
+            statuses[i] = client.post(f"{base_url}/completions", content=body,
+                                      headers={"content-type": "application/json"}).status_code
         except httpx.HTTPError as e:
             statuses[i] = type(e).__name__
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    probe.oversize_sent = time.perf_counter()
     for t in threads:
         t.start()
+    results.put("ready")
+    go.wait()
+    sent = time.perf_counter()
     for t in threads:
         t.join()
-    probe.oversize_s = time.perf_counter() - probe.oversize_sent
-    probe.statuses = statuses
+    results.put((statuses, time.perf_counter() - sent))
+    client.close()
+
+
+class OversizeSender:
+    """The oversize requests' process, started before the measured stream and fired during it."""
+
+    def __init__(self, base_url: str, body: bytes, n: int):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.go, self.results = ctx.Event(), ctx.Queue()
+        self.proc = ctx.Process(target=send_oversize, args=(base_url, body, n, self.go, self.results), daemon=True)
+        self.proc.start()
+        assert self.results.get(timeout=60) == "ready"
+        self.fired: float | None = None
+
+    def fire(self) -> None:
+        self.fired = time.perf_counter()
+        self.go.set()
+
+    def finish(self, probe: StreamProbe) -> None:
+        if self.fired is None:
+            self.go.set()
+        probe.statuses, probe.oversize_s = self.results.get(timeout=180)
+        probe.oversize_sent = self.fired
+        self.proc.join(10)
 
 
 def probe_stream(base_url: str, model: str, prompt: str, max_tokens: int, oversize: int, body: bytes) -> StreamProbe:
@@ -225,6 +256,7 @@ def probe_stream(base_url: str, model: str, prompt: str, max_tokens: int, oversi
     import httpx
 
     probe, pieces, launcher = StreamProbe(oversize), [], None
+    sender = OversizeSender(base_url, body, oversize) if oversize else None
     request = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                "temperature": 0, "stream": True}
     try:
@@ -244,15 +276,16 @@ def probe_stream(base_url: str, model: str, prompt: str, max_tokens: int, oversi
                     if piece:
                         probe.arrivals.append(now)
                         pieces.append(piece)
-                        if oversize and launcher is None:
-                            launcher = threading.Timer(OVERSIZE_AFTER_S, send_oversize,
-                                                       args=(base_url, body, oversize, probe))
+                        if sender is not None and launcher is None:
+                            launcher = threading.Timer(OVERSIZE_AFTER_S, sender.fire)
                             launcher.start()
     except httpx.HTTPError as e:
         probe.error = f"{type(e).__name__}: {e}"
     finally:
         if launcher is not None:
-            launcher.join()  # the timer's thread returns once send_oversize has all the answers
+            launcher.join()
+        if sender is not None:
+            sender.finish(probe)
     probe.text = "".join(pieces)
     if oversize and not (probe.statuses and all(isinstance(c, int) and 400 <= c < 500 for c in probe.statuses)):
         probe.error = probe.error or f"an oversize request got no 4xx: {probe.statuses}"

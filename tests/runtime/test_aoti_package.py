@@ -1,9 +1,15 @@
-"""Packages through torch's C++ loader: outputs as the exported module returns them, one clear error otherwise."""
+"""Packages through torch's C++ loader: outputs as the exported module returns them, one clear error otherwise;
+through the kernel library's runner class, other Python threads run while the model does."""
+import threading
+import time
+
 import pytest
 import torch
+from yggc.passes import kernel_library
 
 from yggc.errors import YggcError
-from yggc.runtime.aoti_package import load_package
+from yggc.runtime import kernel_ops
+from yggc.runtime.aoti_package import BoundLoader, load_package
 
 
 class TwoOutputs(torch.nn.Module):
@@ -16,12 +22,35 @@ class OneOutput(torch.nn.Module):
         return torch.relu(x) @ y
 
 
+class Slow(torch.nn.Module):
+    def forward(self, x, w):  # 24 dependent GEMMs, 3 GFLOP: 0.1-1 s on one core
+        for _ in range(24):
+            x = torch.tanh(x @ w)
+        return x
+
+
+def package(module: torch.nn.Module, args: tuple, path) -> str:
+    return torch._inductor.aoti_compile_and_package(torch.export.export(module, args), package_path=str(path))
+
+
+@pytest.fixture(params=["runner", "bound loader"])
+def loader_kind(request, monkeypatch):
+    """Each test twice: through the kernel library's runner class, and through torch's own binding."""
+    if request.param == "runner":
+        kernel_library.build()  # registers torch.classes.yggc.PackageRunnerV1 in this process
+        assert kernel_ops.package_runner() is not None
+    else:
+        monkeypatch.setattr(kernel_ops, "package_runner", lambda: None)
+    return request.param
+
+
 @pytest.mark.parametrize("module", [TwoOutputs(), OneOutput()], ids=["tuple", "tensor"])
-def test_package_returns_what_the_module_returns(module, tmp_path):
+def test_package_returns_what_the_module_returns(module, tmp_path, loader_kind):
     x, y = torch.randn(4, 4), torch.randn(4, 4)
-    path = torch._inductor.aoti_compile_and_package(torch.export.export(module, (x, y)),
-                                                    package_path=str(tmp_path / "m.pt2"))
-    got, want = load_package(tmp_path / "m.pt2")(x, y), module(x, y)
+    path = package(module, (x, y), tmp_path / "m.pt2")
+    loaded = load_package(tmp_path / "m.pt2")
+    assert isinstance(loaded.loader, BoundLoader) == (loader_kind == "bound loader")
+    got, want = loaded(x, y), module(x, y)
     if isinstance(want, tuple):
         assert isinstance(got, tuple) and len(got) == len(want)
         assert all(torch.allclose(g, w) for g, w in zip(got, want))
@@ -33,3 +62,37 @@ def test_a_file_that_is_no_package_is_one_clear_error(tmp_path):
     (tmp_path / "bad.pt2").write_bytes(b"not a zip archive")
     with pytest.raises(YggcError, match="compiled bucket bad.pt2 cannot be loaded .*re-run `yggc compile`"):
         load_package(tmp_path / "bad.pt2")
+
+
+def python_runs_during(call) -> int:
+    """How many times another Python thread ran in the middle half of `call()` (0 if the call held the GIL)."""
+    stamps, done = [], threading.Event()
+
+    def tick():
+        while not done.is_set():
+            stamps.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    time.sleep(0.01)
+    start = time.perf_counter()
+    call()
+    end = time.perf_counter()
+    done.set()
+    ticker.join()
+    quarter = (end - start) / 4
+    return sum(start + quarter < t < end - quarter for t in stamps)
+
+
+def test_the_runner_lets_other_threads_run_while_the_model_does(tmp_path, loader_kind):
+    """The property `yggc serve` needs: its event loop runs while the decode thread is inside a package. torch's
+    own binding holds the GIL for the whole call, so the other thread stops (the switch interval, 5 ms, lets it
+    in only at the call's edges, never in its middle half)."""
+    x, w = torch.randn(256, 512), torch.randn(512, 512) / 16
+    package(Slow(), (x, w), tmp_path / "slow.pt2")
+    loaded = load_package(tmp_path / "slow.pt2")
+    torch.testing.assert_close(loaded(x, w), Slow()(x, w))
+    with torch.inference_mode():
+        runs = python_runs_during(lambda: loaded(x, w))
+    assert (runs > 10) if loader_kind == "runner" else (runs == 0), runs

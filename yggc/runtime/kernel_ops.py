@@ -5,7 +5,9 @@
   compiled before v2 call;
 - `yggc::tied_head_v2`: a tied LM head read from the blocked bf16 table the embedding is gathered from too
   (kernels/tied_head.cpp; passes/tied_head.py lays the table out, in blocks of 16 or 64 columns). The library
-  also registers `tied_head_v1` (blocks of 16 only), which packages compiled before v2 call.
+  also registers `tied_head_v1` (blocks of 16 only), which packages compiled before v2 call;
+- `torch.classes.yggc.PackageRunnerV1`: torch's own package loader bound as a TorchScript class
+  (kernels/package_runner.cpp), whose calls let go of the GIL while the model runs (aoti_package.py).
 
 CPU packages call them from their compiled code (AOTInductor extern kernels), so a process must load the
 library before it loads such a package. The compile writes the library beside the packages it lowers
@@ -29,9 +31,11 @@ from ..errors import YggcError
 NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v2", "tied_head_v2"
 KNOWN_OPS = ("attend_rows_v1", ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
 REGISTER = "yggc_register_ops"  # the library's entry point
+RUNNER_CLASS = "PackageRunnerV1"  # torch's package loader, called without the GIL (kernels/package_runner.cpp)
 LIBRARY = "yggc_kernels.so"
 SOURCES = tuple(Path(__file__).with_name("kernels") / name
-                for name in ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp", "register_ops.cpp"))
+                for name in ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp", "package_runner.cpp",
+                             "register_ops.cpp"))
 
 
 def has_op(name: str) -> bool:
@@ -57,6 +61,15 @@ def load(library: Path) -> None:
         _open(library, torch.ops.load_library)
         return
     getattr(_open(library, lambda path: ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)), REGISTER)()  # ctypes never unloads it
+
+
+def package_runner():
+    """The library's package runner class (torch.classes.yggc.PackageRunnerV1), or None if no library this
+    process loaded registers it (libraries built before it)."""
+    try:
+        return getattr(getattr(torch.classes, NAMESPACE), RUNNER_CLASS)
+    except RuntimeError:  # torch.classes raises RuntimeError for a class nobody registered
+        return None
 
 
 def load_beside(package: Path) -> None:

@@ -14,6 +14,7 @@ namespace yggc {
 at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor attend_rows_v1(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t vocab);
+void register_package_runner(std::vector<std::unique_ptr<torch::Library>>& held);  // package_runner.cpp
 }  // namespace yggc
 
 namespace {
@@ -42,4 +43,5 @@ extern "C" void yggc_register_ops() {
                   &yggc::attend_rows_v1);
   register_cpu_op("tied_head_v2(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);  // 16 or 64 columns
   register_cpu_op("tied_head_v1(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);  // packages before v2
+  yggc::register_package_runner(libraries());
 }
