@@ -19,17 +19,21 @@ soak loop (which then runs as usual; --minutes 0 skips it):
 
 One greedy streaming /v1/chat/completions request (the first prompt, --max-tokens new tokens) is measured
 twice: alone (the baseline), then while N concurrent requests with a ~1 MB text prompt, far beyond any
-context, go to /v1/completions (sent 0.3 s after its first token; each must get a 4xx, quickly). The
-client-side arrival time of every streamed chunk with text gives one line per run: the chunks, the median
-and largest gap between chunks, their ratio, and the oversize requests' statuses and total time (from the
-first sent to the last answered). Exit 1 also if an oversize request got no 4xx or a measured stream failed.
+context, go to /v1/completions (sent 0.3 s after its first token, from a process of their own; each must get
+a 4xx, quickly). The client-side arrival time of every streamed chunk with text gives one line per run: the
+chunks, the median and largest gap between chunks, their ratio, and the oversize requests' statuses and total
+time (from the first sent to the last answered). A last line gives the CPU time the N requests cost with no
+stream running, in the server and in the sending process. Exit 1 also if an oversize request got no 4xx or a
+measured stream failed.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -218,10 +222,10 @@ def send_oversize(base_url: str, body: bytes, n: int, go, results) -> None:
         t.start()
     results.put("ready")
     go.wait()
-    sent = time.perf_counter()
+    sent, cpu = time.perf_counter(), time.process_time()
     for t in threads:
         t.join()
-    results.put((statuses, time.perf_counter() - sent))
+    results.put((statuses, time.perf_counter() - sent, time.process_time() - cpu))
     client.close()
 
 
@@ -242,12 +246,36 @@ class OversizeSender:
         self.fired = time.perf_counter()
         self.go.set()
 
-    def finish(self, probe: StreamProbe) -> None:
+    def finish(self, probe: StreamProbe) -> float:
+        """The probe gets the statuses and time; returns the sending process's CPU seconds."""
         if self.fired is None:
             self.go.set()
-        probe.statuses, probe.oversize_s = self.results.get(timeout=180)
+        probe.statuses, probe.oversize_s, cpu_s = self.results.get(timeout=180)
         probe.oversize_sent = self.fired
         self.proc.join(10)
+        return cpu_s
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def burst_cpu(base_url: str, body: bytes, n: int, server_pid: int, repeats: int = 5) -> str:
+    """The CPU the oversize requests cost with no stream running (median of `repeats` bursts): the server's and the
+    sending process's, against the burst's wall time."""
+    rows = []
+    for _ in range(repeats):
+        sender, probe = OversizeSender(base_url, body, n), StreamProbe(n)
+        before = cpu_seconds(server_pid)
+        sender.fire()
+        client_s = sender.finish(probe)
+        time.sleep(0.2)  # the server's last replies and closes
+        rows.append((probe.oversize_s, cpu_seconds(server_pid) - before, client_s))
+    wall, server, client = (1000 * statistics.median(col) for col in zip(*rows))
+    return (f"oversize {n:2d} alone: {wall:.0f} ms wall, CPU {server:.0f} ms in the server and {client:.0f} ms in the "
+            f"sending process (medians of {repeats}; /proc counts in {1000 // os.sysconf('SC_CLK_TCK')} ms ticks)")
 
 
 def probe_stream(base_url: str, model: str, prompt: str, max_tokens: int, oversize: int, body: bytes) -> StreamProbe:
@@ -348,6 +376,8 @@ def main() -> int:
             for n in (0, args.oversize):
                 probes.append(probe_stream(url, model, prompts[0], args.max_tokens, n, body))
                 print(probes[-1].line(probes[0] if n else None), flush=True)
+            burst = burst_cpu(url, body, args.oversize, proc.pid)
+            print(burst, flush=True)
         rss = {"warmup": rss_mib(proc.pid)}
         samples = [rss["warmup"]]
         print(f"soak: {url} warm (rss {rss['warmup']:.1f} MiB); {args.clients} clients for {args.minutes} min",
@@ -381,6 +411,8 @@ def main() -> int:
         print(f"{k:28s} = {round(v, 3) if isinstance(v, float) else v}")
     for probe in probes:  # again, beside the report
         print(probe.line(probes[0] if probe.oversize else None))
+    if probes:
+        print(burst)
     if probes:
         out["oversize_probes"] = [p.summary() for p in probes]
     if args.json:

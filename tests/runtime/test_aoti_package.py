@@ -29,8 +29,19 @@ class Slow(torch.nn.Module):
         return x
 
 
-def package(module: torch.nn.Module, args: tuple, path) -> str:
-    return torch._inductor.aoti_compile_and_package(torch.export.export(module, args), package_path=str(path))
+MODULES = {"tuple": (TwoOutputs(), (4, 4)), "tensor": (OneOutput(), (4, 4)), "slow": (Slow(), (256, 512))}
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory) -> dict:
+    """Each module of MODULES compiled once: name -> (module, its inputs, the package's path)."""
+    root, out = tmp_path_factory.mktemp("packages"), {}
+    for name, (module, shape) in MODULES.items():
+        args = (torch.randn(*shape), torch.randn(shape[1], shape[1]) / 16)
+        path = root / f"{name}.pt2"
+        torch._inductor.aoti_compile_and_package(torch.export.export(module, args), package_path=str(path))
+        out[name] = module, args, path
+    return out
 
 
 @pytest.fixture(params=["runner", "bound loader"])
@@ -44,11 +55,10 @@ def loader_kind(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize("module", [TwoOutputs(), OneOutput()], ids=["tuple", "tensor"])
-def test_package_returns_what_the_module_returns(module, tmp_path, loader_kind):
-    x, y = torch.randn(4, 4), torch.randn(4, 4)
-    path = package(module, (x, y), tmp_path / "m.pt2")
-    loaded = load_package(tmp_path / "m.pt2")
+@pytest.mark.parametrize("name", ["tuple", "tensor"])
+def test_package_returns_what_the_module_returns(name, packages, loader_kind):
+    module, (x, y), path = packages[name]
+    loaded = load_package(path)
     assert isinstance(loaded.loader, BoundLoader) == (loader_kind == "bound loader")
     got, want = loaded(x, y), module(x, y)
     if isinstance(want, tuple):
@@ -85,14 +95,13 @@ def python_runs_during(call) -> int:
     return sum(start + quarter < t < end - quarter for t in stamps)
 
 
-def test_the_runner_lets_other_threads_run_while_the_model_does(tmp_path, loader_kind):
+def test_the_runner_lets_other_threads_run_while_the_model_does(packages, loader_kind):
     """The property `yggc serve` needs: its event loop runs while the decode thread is inside a package. torch's
     own binding holds the GIL for the whole call, so the other thread stops (the switch interval, 5 ms, lets it
     in only at the call's edges, never in its middle half)."""
-    x, w = torch.randn(256, 512), torch.randn(512, 512) / 16
-    package(Slow(), (x, w), tmp_path / "slow.pt2")
-    loaded = load_package(tmp_path / "slow.pt2")
-    torch.testing.assert_close(loaded(x, w), Slow()(x, w))
+    module, (x, w), path = packages["slow"]
+    loaded = load_package(path)
+    torch.testing.assert_close(loaded(x, w), module(x, w))
     with torch.inference_mode():
         runs = python_runs_during(lambda: loaded(x, w))
     assert (runs > 10) if loader_kind == "runner" else (runs == 0), runs

@@ -82,6 +82,7 @@ class SpeculativeDecoder:
         self.chunk_logprobs: list[TokenLogprob] = []  # of the tokens yielded last
         self.constraint: Constraint | None = None  # set: a grammar masks every verified row (constraint.py)
         self.new_logits: torch.Tensor | None = None  # [k+1, vocab] the verifier's rows that chose the new tokens
+        self.drafter_covered = 0  # the drafter's cache holds seq[:drafter_covered] (noted for the prompt cache)
         self.stats = DecodeStats()
         self.trace = NoTrace()
 
@@ -273,7 +274,8 @@ class SpeculativeDecoder:
         else:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
         path = torch.tensor(path, dtype=torch.long)
-        self.new_logits = raw[torch.cat([path.new_zeros(1), path])]  # each token's parent row, the root first
+        if self.top_logprobs is not None:  # each token's parent row, the root first
+            self.new_logits = raw[torch.cat([path.new_zeros(1), path])]
         self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
         ids = kept[path]
         moves = self.no_moves.clone()
@@ -300,7 +302,7 @@ class SpeculativeDecoder:
         self.bonus_logits, self.new_logits = logits, logits[None]
         new = [next_token(self.constrained(logits), params, gen)]
         seq, n, pending = list(prompt_ids), len(prompt_ids), list(new)
-        self.drafter_covered = n  # the drafter's cache holds seq[:drafter_covered]
+        self.drafter_covered = n
         while new:
             kept_tokens, st.stop_reason = stop.clip(new, st.n_generated)
             st.n_generated += len(kept_tokens)
