@@ -179,6 +179,7 @@ def test_run_trace_times_iterations_beside_the_plan(bundle, tmp_path, capsys):
     assert planned[:7] == ["head", "draft1", "draft2", "prune", "verify", "accept", "compact"]
     t = res["trace"]
     assert 0 < t["model_ms"] <= t["iteration_ms"] and t["host_bubble_ms"] >= 0
+    assert t["draft_host_ms"] == t["verify_host_ms"] == 0  # O1: each phase is one compiled call, no host time inside
     assert main(["run", str(bundle), "--prompt-ids", "5,6,7", "--no-spec", "--trace", str(out)]) == 2
     assert "--trace times speculative iterations" in capsys.readouterr().err
 

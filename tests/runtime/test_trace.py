@@ -24,6 +24,10 @@ def test_traced_decoding_is_unchanged_and_every_iteration_is_spanned():
     for r in rows:
         assert r["draft_ms"] + r["verify_ms"] <= r["iteration_ms"] + 1e-6
         assert 0 < r["model_ms"] <= r["iteration_ms"] and r["host_bubble_ms"] >= 0
+        assert 0 <= r["draft_host_ms"] <= r["draft_ms"] and 0 <= r["verify_host_ms"] <= r["verify_ms"]
+        # the phases' host time is part of the bubble (the rest: bookkeeping between and around the phases)
+        assert r["draft_host_ms"] + r["verify_host_ms"] <= r["host_bubble_ms"] + 1e-6
+        assert abs(r["host_share"] * r["iteration_ms"] - r["host_bubble_ms"]) < 1e-6
     first = next(s for s in trace.spans if s.track == "decode")
     per_call = [s.name for s in trace.spans if s.track == "models" and first.start_s <= s.start_s <= first.end_s]
     assert per_call == ["drafter W=2", "drafter W=2", "drafter W=2", "verifier W=5"]

@@ -127,7 +127,8 @@ def write_trace(args: argparse.Namespace, trace, decoder) -> str:
     if not s:
         return f"wrote {out} (no speculative iteration ran)"
     line = (f"wrote {out}: median iteration {s['iteration_ms']:.3f} ms (draft {s['draft_ms']:.3f}, "
-            f"verify {s['verify_ms']:.3f}, model calls {s['model_ms']:.3f}, host bubble {s['host_bubble_ms']:.3f})")
+            f"verify {s['verify_ms']:.3f}, model calls {s['model_ms']:.3f}, host bubble {s['host_bubble_ms']:.3f} = "
+            f"{s['host_share']:.0%}: draft {s['draft_host_ms']:.3f}, verify {s['verify_host_ms']:.3f})")
     return line + (f"; the plan estimated {estimate:.3f} ms" if estimate else "")
 
 

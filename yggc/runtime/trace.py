@@ -2,7 +2,8 @@
 
 Tracks: "decode" (one span per iteration), "phases" (the draft and verify phases), "models" (each
 compiled call, from a bundle: the model forwards around eager phases, or the phases themselves where
-each is one compiled call). The host bubble of an iteration is its time outside compiled calls.
+each is one compiled call). The host bubble of an iteration is its time outside compiled calls; a phase's host
+time is its time outside the compiled calls inside it (0 where the phase is one compiled call).
 A bundle's stage plan can be laid beside the measured iterations as its own track ("plan estimate").
 """
 from __future__ import annotations
@@ -25,6 +26,14 @@ class Span:
     @property
     def ms(self) -> float:
         return 1e3 * (self.end_s - self.start_s)
+
+
+def host_ms(phase: Span, inside: list[Span]) -> float:
+    """A phase's time outside the compiled calls within it (0 when the phase is itself one compiled call)."""
+    if phase.track == "models":
+        return 0.0
+    calls = sum(s.ms for s in inside if s.track == "models" and phase.start_s <= s.start_s and s.end_s <= phase.end_s)
+    return max(0.0, phase.ms - calls)
 
 
 class NoTrace:
@@ -52,16 +61,22 @@ class StageTrace:
                 self.iteration += 1
 
     def per_iteration(self) -> list[dict[str, float]]:
-        """Each iteration's ms: total, draft and verify phases, model calls, host bubble."""
+        """Each iteration's ms: total, draft and verify phases, model calls, host bubble, each phase's host time,
+        and the host bubble's share of the iteration."""
         rows = []
         for it in (s for s in self.spans if s.track == "decode"):
             inside = [s for s in self.spans  # by time: prefill's model calls precede the first iteration
                       if s.track != "decode" and it.start_s <= s.start_s and s.end_s <= it.end_s]
-            phase = {s.name: s.ms for s in inside if s.name in ("draft", "verify")}
+            phase = {s.name: s for s in inside if s.name in ("draft", "verify")}
             models = sum(s.ms for s in inside if s.track == "models")
-            rows.append({"iteration_ms": it.ms, "draft_ms": phase.get("draft", 0.0),
-                         "verify_ms": phase.get("verify", 0.0), "model_ms": models,
-                         "host_bubble_ms": it.ms - models if models else 0.0})
+            bubble = it.ms - models if models else 0.0
+            row = {"iteration_ms": it.ms, "model_ms": models, "host_bubble_ms": bubble,
+                   "host_share": bubble / it.ms if it.ms > 0 else 0.0}
+            for name in ("draft", "verify"):
+                span = phase.get(name)
+                row[f"{name}_ms"] = span.ms if span else 0.0
+                row[f"{name}_host_ms"] = host_ms(span, inside) if span else 0.0
+            rows.append(row)
         return rows
 
     def summary(self) -> dict[str, float]:
