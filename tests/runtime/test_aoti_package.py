@@ -12,24 +12,19 @@ from yggc.runtime import kernel_ops
 from yggc.runtime.aoti_package import BoundLoader, load_package
 
 
-class TwoOutputs(torch.nn.Module):
-    def forward(self, x, y):
-        return x * 2 + y, (x - y).sum(-1)
-
-
 class OneOutput(torch.nn.Module):
     def forward(self, x, y):
         return torch.relu(x) @ y
 
 
 class Slow(torch.nn.Module):
-    def forward(self, x, w):  # 24 dependent GEMMs, 3 GFLOP: 0.1-1 s on one core
+    def forward(self, x, w):  # 24 dependent GEMMs, 3 GFLOP: 0.1-1 s on one core; two outputs
         for _ in range(24):
             x = torch.tanh(x @ w)
-        return x
+        return x, x.sum(-1)
 
 
-MODULES = {"tuple": (TwoOutputs(), (4, 4)), "tensor": (OneOutput(), (4, 4)), "slow": (Slow(), (256, 512))}
+MODULES = {"tensor": (OneOutput(), (4, 4)), "tuple": (Slow(), (256, 512))}  # "tuple" is slow: 3 GFLOP
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +58,7 @@ def test_package_returns_what_the_module_returns(name, packages, loader_kind):
     got, want = loaded(x, y), module(x, y)
     if isinstance(want, tuple):
         assert isinstance(got, tuple) and len(got) == len(want)
-        assert all(torch.allclose(g, w) for g, w in zip(got, want))
+        assert all(torch.allclose(g, w, atol=1e-4, rtol=1e-4) for g, w in zip(got, want))  # sums: compiled order
     else:
         assert isinstance(got, torch.Tensor) and torch.allclose(got, want), path
 
@@ -99,9 +94,9 @@ def test_the_runner_lets_other_threads_run_while_the_model_does(packages, loader
     """The property `yggc serve` needs: its event loop runs while the decode thread is inside a package. torch's
     own binding holds the GIL for the whole call, so the other thread stops (the switch interval, 5 ms, lets it
     in only at the call's edges, never in its middle half)."""
-    module, (x, w), path = packages["slow"]
+    module, (x, w), path = packages["tuple"]
     loaded = load_package(path)
-    torch.testing.assert_close(loaded(x, w), module(x, w))
+    torch.testing.assert_close(loaded(x, w), module(x, w), atol=1e-4, rtol=1e-4)
     with torch.inference_mode():
         runs = python_runs_during(lambda: loaded(x, w))
     assert (runs > 10) if loader_kind == "runner" else (runs == 0), runs
