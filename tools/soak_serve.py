@@ -203,7 +203,7 @@ def oversize_body(model: str, prompts: list[str]) -> bytes:
 def send_oversize(base_url: str, body: bytes, n: int, go, results) -> None:
     """In a process of its own (so its threads never hold the GIL of the one that times the stream): n concurrent
     oversize requests through one httpx.Client made up front, sent when `go` is set; puts "ready" on `results`,
-    then (statuses, seconds from the first sent to the last answered)."""
+    then (statuses, seconds from the first sent to the last answered, this process's CPU seconds meanwhile)."""
     import httpx
 
     client = httpx.Client(timeout=120, limits=httpx.Limits(max_connections=n))
