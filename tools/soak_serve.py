@@ -246,14 +246,14 @@ class OversizeSender:
         self.fired = time.perf_counter()
         self.go.set()
 
-    def finish(self, probe: StreamProbe) -> float:
-        """The probe gets the statuses and time; returns the sending process's CPU seconds."""
+    def finish(self) -> tuple[list[int | str], float, float]:
+        """(each request's status, seconds from the first sent to the last answered, the sending process's CPU
+        seconds meanwhile), once every request is answered."""
         if self.fired is None:
             self.go.set()
-        probe.statuses, probe.oversize_s, cpu_s = self.results.get(timeout=180)
-        probe.oversize_sent = self.fired
+        statuses, seconds, cpu_s = self.results.get(timeout=180)
         self.proc.join(10)
-        return cpu_s
+        return statuses, seconds, cpu_s
 
 
 def cpu_seconds(pid: int) -> float:
@@ -267,12 +267,12 @@ def burst_cpu(base_url: str, body: bytes, n: int, server_pid: int, repeats: int 
     sending process's, against the burst's wall time."""
     rows = []
     for _ in range(repeats):
-        sender, probe = OversizeSender(base_url, body, n), StreamProbe(n)
+        sender = OversizeSender(base_url, body, n)
         before = cpu_seconds(server_pid)
         sender.fire()
-        client_s = sender.finish(probe)
+        _, seconds, client_s = sender.finish()
         time.sleep(0.2)  # the server's last replies and closes
-        rows.append((probe.oversize_s, cpu_seconds(server_pid) - before, client_s))
+        rows.append((seconds, cpu_seconds(server_pid) - before, client_s))
     wall, server, client = (1000 * statistics.median(col) for col in zip(*rows))
     return (f"oversize {n:2d} alone: {wall:.0f} ms wall, CPU {server:.0f} ms in the server and {client:.0f} ms in the "
             f"sending process (medians of {repeats}; /proc counts in {1000 // os.sysconf('SC_CLK_TCK')} ms ticks)")
@@ -313,7 +313,8 @@ def probe_stream(base_url: str, model: str, prompt: str, max_tokens: int, oversi
         if launcher is not None:
             launcher.join()
         if sender is not None:
-            sender.finish(probe)
+            probe.statuses, probe.oversize_s, _ = sender.finish()
+            probe.oversize_sent = sender.fired
     probe.text = "".join(pieces)
     if oversize and not (probe.statuses and all(isinstance(c, int) and 400 <= c < 500 for c in probe.statuses)):
         probe.error = probe.error or f"an oversize request got no 4xx: {probe.statuses}"
