@@ -8,7 +8,10 @@ verifier alone.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import YggcError
+from ..plan.bundle_plan import BundlePlan, DecodeCheck, MeasuredSpeedup, SamplingPlan
 from ..plan.calibration import TreeSample, tokens_per_iteration
 from ..plan.objective import SamplingCosts, ShapeScore, StageCosts, measured_speedup, rank_shapes
 from ..plan.shape import TreeShape
@@ -30,19 +33,18 @@ def candidate_shapes(samples: list[TreeSample], max_depth: int, depth: int | Non
     return kept
 
 
-def choose_shape(candidates: dict[TreeShape, float], costs: StageCosts) -> tuple[TreeShape, dict]:
-    """-> the best shape and the plan.json record that explains the choice."""
+def choose_shape(candidates: dict[TreeShape, float], costs: StageCosts) -> tuple[TreeShape, BundlePlan]:
+    """-> the best shape and the plan that explains the choice."""
     ranking: list[ShapeScore] = rank_shapes(candidates, costs)
     best = ranking[0]
     unpruned = next((c for c in ranking if c.shape.verify == c.shape.depth * c.shape.width), best)
-    plan = {"depth": best.shape.depth, "width": best.shape.width, "verify": best.shape.verify,
-            "source": "calibration", "objective": best.to_dict(),
-            "best_unpruned": unpruned.to_dict(),  # every drafted node verified: the ablation's first step
-            "candidates": [c.to_dict() for c in ranking[:PLAN_CANDIDATES]]}
+    plan = BundlePlan(best.shape, "calibration", best.to_estimate(),
+                      unpruned.to_estimate(),  # every drafted node verified: the ablation's first step
+                      tuple(c.to_estimate() for c in ranking[:PLAN_CANDIDATES]))
     return best.shape, plan
 
 
-def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, spec) -> dict:
+def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, spec) -> SamplingPlan:
     """plan.json's "sampling" entry, for T > 0 requests: every shape's tokens per iteration by expectation at
     the calibrated temperature, priced by the profile plus the host sampling work per draft step (what a
     calibration iteration at D_max x W measured beyond its model calls), against plain decoding that also
@@ -51,27 +53,26 @@ def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, sp
     step_ms = {w: max(0.0, record["iteration_ms"][str(w)] - costs.iteration_ms(full[w])) / spec.max_depth
                for w in spec.widths}
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
-    _, plan = choose_shape(candidates, SamplingCosts(costs, step_ms, record["token_ms"]))
-    return {**plan, "temperature": spec.temperature, "host_ms_per_step": {str(w): round(ms, 4) for w, ms in step_ms.items()},
-            "rank_acceptance": record["rank_acceptance"]}  # what its sampled trees price each draw at
+    shape, plan = choose_shape(candidates, SamplingCosts(costs, step_ms, record["token_ms"]))
+    return SamplingPlan(shape, plan.objective, plan.best_unpruned, plan.candidates, spec.temperature,
+                        {w: round(ms, 4) for w, ms in step_ms.items()},
+                        tuple(record["rank_acceptance"]))  # what its sampled trees price each draw at
 
 
-def checked_plan(plan: dict, profile: dict, decoded: dict[str, float], step) -> dict:
+def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, step) -> BundlePlan:
     """The calibrated plan with its measured speedups: from the profiled phases (the objective's terms, measured)
     and from decoding calibration text end to end (decode_check). Speculation is switched off unless the
     decode measured the tree faster than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
     phases, step_ms = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
     iteration_ms = phases["draft"] + phases["verify"]
-    speedup = measured_speedup(plan["objective"]["tokens_per_iter"], step_ms, iteration_ms)
-    plan = {**plan, "measured": {"iteration_ms": round(iteration_ms, 4), "verifier_step_ms": round(step_ms, 4),
-                                 "speedup": round(speedup, 4)},
-            "decoded": decoded, "speculate": decoded["speedup"] > MIN_SPEEDUP}
-    if not plan["speculate"]:
-        step(f"the tree decoded at {decoded['speedup']:.2f}x the verifier alone: the bundle decodes without "
+    speedup = measured_speedup(plan.objective.tokens_per_iter, step_ms, iteration_ms)
+    measured = MeasuredSpeedup(round(iteration_ms, 4), round(step_ms, 4), round(speedup, 4))
+    off = estimate_off(plan.objective.speedup, decoded.speedup)
+    plan = replace(plan, measured=measured, decoded=decoded, speculate=decoded.speedup > MIN_SPEEDUP, estimate_off=off)
+    if not plan.speculate:
+        step(f"the tree decoded at {decoded.speedup:.2f}x the verifier alone: the bundle decodes without "
              "speculation")
-    off = estimate_off(plan["objective"]["speedup"], decoded["speedup"])
     if off:
-        plan["estimate_off"] = off
         step(off)
     return plan
 
@@ -86,10 +87,10 @@ def estimate_off(estimated: float, decoded: float) -> str | None:
             "decoded; the decode's verdict decides")
 
 
-def checked_sampling_plan(sampling: dict, decoded: dict[str, float], step) -> dict:
+def checked_sampling_plan(sampling: SamplingPlan, decoded: DecodeCheck, step) -> SamplingPlan:
     """plan.json's "sampling" entry with the decode check at its temperature; its verdict follows the decode."""
-    out = {**sampling, "decoded": decoded, "speculate": decoded["speedup"] > MIN_SPEEDUP}
-    if not out["speculate"]:
-        step(f"the sampling tree decoded at {decoded['speedup']:.2f}x the verifier alone: requests at T > 0 decode "
+    out = replace(sampling, decoded=decoded, speculate=decoded.speedup > MIN_SPEEDUP)
+    if not out.speculate:
+        step(f"the sampling tree decoded at {decoded.speedup:.2f}x the verifier alone: requests at T > 0 decode "
              "without speculation")
     return out

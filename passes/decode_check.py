@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..plan.bundle_plan import DecodeCheck
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..tree.sampling import SamplingParams
 from .calibrate import CalibrationSpec, calibration_prompts, read_calibration_text
@@ -42,9 +43,9 @@ def tpot_ms(decoder, prompt: list[int], n_new: int, params: SamplingParams) -> f
 
 
 def decode_check(tree_decoder, ar_decoder: AutoregressiveDecoder, prompts: list[list[int]],
-                 n_new: int = CHECK_TOKENS, rounds: int = CHECK_ROUNDS, temperature: float = 0.0) -> dict[str, float]:
+                 n_new: int = CHECK_TOKENS, rounds: int = CHECK_ROUNDS, temperature: float = 0.0) -> DecodeCheck:
     """Median TPOT of each decoder over `rounds` x prompts (interleaved, after one warm-up decode each)
-    and their ratio: {"tree_tpot_ms", "ar_tpot_ms", "speedup", "tokens"}. temperature > 0 checks a sampling
+    and their ratio, with the tokens each generated. temperature > 0 checks a sampling
     plan: both decoders sample (seeded per window, so a rebuild measures the same draws)."""
     params = [SamplingParams(temperature, seed=i if temperature > 0 else None) for i in range(len(prompts))]
     tpot_ms(tree_decoder, prompts[0], 8, params[0]), tpot_ms(ar_decoder, prompts[0], 8, params[0])
@@ -54,5 +55,4 @@ def decode_check(tree_decoder, ar_decoder: AutoregressiveDecoder, prompts: list[
             tree.append(tpot_ms(tree_decoder, prompt, n_new, param))
             ar.append(tpot_ms(ar_decoder, prompt, n_new, param))
     tree_ms, ar_ms = statistics.median(tree), statistics.median(ar)
-    return {"tree_tpot_ms": round(tree_ms, 4), "ar_tpot_ms": round(ar_ms, 4),
-            "speedup": round(ar_ms / tree_ms, 4), "tokens": len(prompts) * n_new * rounds}
+    return DecodeCheck(round(tree_ms, 4), round(ar_ms, 4), round(ar_ms / tree_ms, 4), len(prompts) * n_new * rounds)

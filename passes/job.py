@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..bundle.manifest import OptLevel
 from ..plan.shape import TreeShape
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class CompileJob:
     device: str = "cpu"
     overwrite: bool = False
     profile_repeats: int = 20
-    opt: str = "O1"  # see lower.INDUCTOR_CONFIGS
+    opt: OptLevel = OptLevel.O1  # see lower.INDUCTOR_CONFIGS
     calib: CalibrationSpec | None = None
     backend: str = "inductor"  # forward buckets: "inductor", or "tensorrt" (CUDA; phases stay Inductor)
     tp: int = 1  # tensor-parallel ranks of the verifier (this process is one of them; O1, a fixed shape)
@@ -34,3 +35,4 @@ class CompileJob:
     def __post_init__(self):
         if (self.shape is None) == (self.calib is None):
             raise ValueError("a compile job needs exactly one of a fixed tree shape and a calibration spec")
+        object.__setattr__(self, "opt", OptLevel(self.opt))  # "O1" or "O2" as a string too

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..bundle.manifest import OptLevel
 from ..graphs.eagle3_checkpoint import (
     embedding_fingerprint,
     read_embedding,
@@ -20,11 +21,11 @@ from . import tied_head
 from .write_bundle import BundleWriter
 
 
-def stores_weights(name: str, opt: str, widths: dict[str, list[int]]) -> bool:
+def stores_weights(name: str, opt: OptLevel, widths: dict[str, list[int]]) -> bool:
     """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights. Then an
     EAGLE-3 head keeps its feature fusion alone (keep_head_fusion), and beside a head the verifier keeps its token
     embedding alone (keep_head_embedding)."""
-    return not (opt == "O2" and widths[name])
+    return not (opt == OptLevel.O2 and widths[name])
 
 
 def keep_head_fusion(w: BundleWriter, loaded: dict) -> None:

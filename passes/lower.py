@@ -8,7 +8,7 @@ O1: one package per (model, width) bucket; weights and the KV cache stay out of 
 O2: one package per model with the width W dynamic too (1..max_width), serving every bucket of that
     model. Weights are frozen into it and packed once for Inductor's C++ GEMM template (max-autotune),
     which keeps small-W steps at the memory floor where the BLAS library's small-M GEMMs are not
-    (tools/bench_gemm_layouts.py); the KV caches are its inputs (frozen_export.FrozenForward). The
+    (docs/benchmarks/cpu-verify-curve.md); the KV caches are its inputs (frozen_export.FrozenForward). The
     phases run eagerly around it, so the weights exist once. On a CPU the packed constants are written
     beside the package (external_constants.py) and the runtime maps them instead of copying them.
 """
@@ -21,6 +21,7 @@ import torch
 from torch.export import Dim
 
 from ..bundle.machine import device_kind
+from ..bundle.manifest import OptLevel
 from ..graphs import LlamaGraph
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
@@ -33,9 +34,9 @@ from .frozen_export import FrozenForward
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
 # being inlined into every consumer. Inductor's CPU default (30) inlines RoPE'd queries and attention's
 # masked scores into the loops over cache slots, recomputed per slot; 16 is 1.1-1.2x faster per verify
-# at every width on SmolLM2 (tools/bench_attention.py).
-INDUCTOR_CONFIGS = {"O1": {"aot_inductor.package_constants_in_so": False},
-                    "O2": {"freezing": True, "max_autotune": True, "realize_opcount_threshold": 16}}
+# at every width on SmolLM2 (docs/benchmarks/cpu-verify-curve.md).
+INDUCTOR_CONFIGS = {OptLevel.O1: {"aot_inductor.package_constants_in_so": False},
+                    OptLevel.O2: {"freezing": True, "max_autotune": True, "realize_opcount_threshold": 16}}
 # O2 on a CPU: only Inductor's C++ GEMM template. Its K loop does not depend on the row count, so rows are
 # batch-invariant; MKL's small-M kernels are neither invariant nor near the memory floor.
 CPU_GEMM_BACKENDS = "CPP"
@@ -45,16 +46,16 @@ MOE_CPU_GEMM_BACKENDS = "CPP,ATEN"
 O2_TUNE_WIDTH = 4  # the width O2's GEMM blocking is tuned at: a typical verify width, cheap at 1 too
 
 
-def constants_beside(opt: str, device: str, sparse: bool = False) -> bool:
+def constants_beside(opt: OptLevel, device: str, sparse: bool = False) -> bool:
     """Whether the package's constants go beside it (external_constants.py): O2 on a CPU. Not an MoE graph's, whose
     ATen GEMMs may take oneDNN-packed weights, which are opaque tensors (compile_beside would compile it twice)."""
-    return opt == "O2" and device_kind(device) == "cpu" and not sparse
+    return opt == OptLevel.O2 and device_kind(device) == "cpu" and not sparse
 
 
-def inductor_config(opt: str, device: str, sparse: bool = False) -> dict:
+def inductor_config(opt: OptLevel, device: str, sparse: bool = False) -> dict:
     # no autotune tables or choice stats written to stderr: the CLI prints yggc's lines only
     config = dict(INDUCTOR_CONFIGS[opt], autotune_num_choices_displayed=0, max_autotune_report_choices_stats=False)
-    if opt == "O2" and device == "cpu":
+    if opt == OptLevel.O2 and device == "cpu":
         avx512_bf16_gemm.register()
         avx2_bf16_gemm.register()
         config["max_autotune_gemm_backends"] = MOE_CPU_GEMM_BACKENDS if sparse else CPU_GEMM_BACKENDS

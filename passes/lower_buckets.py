@@ -7,14 +7,7 @@ from pathlib import Path
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime.autoregressive import PREFILL_CHUNK
 from ..runtime.buckets import CompiledModel, bucket_name, load_bucket
-from ..runtime.drafters import (
-    draft_phase,
-    features_package,
-    is_head,
-    package_inputs,
-    speculative_decoder,
-    verify_phase,
-)
+from ..runtime.drafters import kind_of, speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import rank_world
 from .job import CompileJob
@@ -56,14 +49,15 @@ def lowered_widths(buckets: list[dict]) -> dict[str, list[int]]:
 def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
     name = f"draft_d{shape.depth}_w{shape.width}"
     return {"name": name, "model": "drafter", "kind": "draft_phase", "depth": shape.depth, "width": shape.width,
-            "file": f"artifacts/{name}.pt2", "module": draft_phase(drafter, shape, vocab, drafter.n_slots - 1)}
+            "file": f"artifacts/{name}.pt2",
+            "module": kind_of(drafter).draft_phase(drafter, shape, vocab, drafter.n_slots - 1)}
 
 
 def verify_phase_bucket(shape: TreeShape, verifier, drafter) -> dict:
     name = f"verify_d{shape.depth}_w{shape.width}_v{shape.verify}"
     return {"name": name, "model": "verifier", "kind": "verify_phase", "depth": shape.depth, "width": shape.width,
             "verify": shape.verify, "file": f"artifacts/{name}.pt2",
-            "module": verify_phase(verifier, drafter, shape)}
+            "module": kind_of(drafter).verify_phase(verifier, shape)}
 
 
 def package_width(job: CompileJob) -> int:
@@ -79,16 +73,16 @@ def package_width(job: CompileJob) -> int:
 def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
                          step) -> list[dict]:
     """O2: one package per model (lowered the first time the model is asked for) behind all its buckets."""
-    buckets = []
+    buckets, drafter = [], loaded["drafter"].graph
+    kind = kind_of(drafter)
     for name, model in loaded.items():
         rel = f"artifacts/{name}.pt2"
         if widths[name] and not w.path(rel).exists():
-            if is_head(model.graph):
+            if name == "drafter" and kind.head:  # lowered from forward_embedded
                 lower_head_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt)
             else:
                 lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
-                            features_package(name, job.opt, loaded["drafter"].graph),
-                            shared_table=package_inputs(name, loaded["drafter"].graph))
+                            kind.features_package(name, job.opt), shared_table=kind.package_inputs(name, drafter))
             step(f"lowered {name} at every width 1..{package_width(job)}")
         buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
                     for width in widths[name]]
@@ -146,7 +140,7 @@ def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel
         return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     v, d = loaded["verifier"].graph, loaded["drafter"].graph
-    draft_runner = load_bucket(root / draft["file"], draft_phase(d, shape, v.cfg.vocab_size, job.max_seq))
-    verify_runner = load_bucket(root / verify["file"], verify_phase(v, d, shape))
+    draft_runner = load_bucket(root / draft["file"], kind_of(d).draft_phase(d, shape, v.cfg.vocab_size, job.max_seq))
+    verify_runner = load_bucket(root / verify["file"], kind_of(d).verify_phase(v, shape))
     return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
                                draft_phase=draft_runner, verify_phase=verify_runner)

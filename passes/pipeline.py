@@ -11,14 +11,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from safetensors.torch import save_file
 from tqdm import tqdm
 
 from ..bundle.machine import device_kind
+from ..bundle.manifest import OptLevel
 from ..errors import YggcError
+from ..plan.bundle_plan import AdaptivePlan, BundlePlan
 from ..plan.objective import StageCosts
 from ..plan.shape import TreeShape
 from ..runtime import loading
@@ -26,13 +28,10 @@ from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.buckets import CompiledModel
 from ..runtime.drafters import (
     check_drafter,
-    drafter_kind,
-    drafter_record,
-    features_package,
-    fuse_in_verifier,
-    is_head,
+    compiled_model,
+    kind_of,
+    kind_of_folder,
     load_drafter,
-    package_inputs,
     speculative_decoder,
 )
 from ..runtime.speculative import SpeculativeDecoder
@@ -72,7 +71,7 @@ GLUE_PROBE = TreeShape(2, 2, 3)
 @dataclass(frozen=True)
 class Calibrated:
     shape: TreeShape
-    plan: dict
+    plan: BundlePlan
     record: dict                          # calibration.json
     forward: dict                         # the forward profile, reused by the final profile
     candidates: dict[TreeShape, float]    # tokens per iteration of every priced shape
@@ -87,7 +86,7 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
         raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
     widths = {name: sorted(m.runners) for name, m in compiled.items()}
     timed = dict(compiled)
-    if is_head(compiled["drafter"]):  # its steps at each width, through its O2 package if it has one
+    if kind_of(compiled["drafter"]).head:  # its steps at each width, through its O2 package if it has one
         timed["drafter"], widths["drafter"] = HeadSteps(compiled["drafter"]), list(HEAD_PROBE_WIDTHS)
     forward = profile_forward(timed, widths, layout, job.profile_repeats)
     step("profiled the forward buckets")
@@ -97,7 +96,7 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
     host = host_stage_ms(largest, loaded["verifier"].graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
     measured = {"models": forward, "host_ms": host}
-    if job.opt == "O2":  # eager phases around the packages run any shape: time a small one whole for the host glue
+    if job.opt == OptLevel.O2:  # eager phases around the packages run any shape: time a small one for the host glue
         probe = GLUE_PROBE if spec.max_depth >= GLUE_PROBE.depth else TreeShape(1, 2, 2)
         decoder = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, probe)
         measured.update(phase_profile(decoder, job.profile_repeats))
@@ -105,64 +104,62 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase
     shape, plan = choose_shape(candidates, costs)
     step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
-         f"(estimated {plan['objective']['speedup']:.2f}x)")
+         f"(estimated {plan.objective.speedup:.2f}x)")
     if spec.temperature > 0:  # a second plan, for sampling at that temperature
         sampled, record["sampling"] = calibrate(compiled["verifier"], compiled["drafter"], layout,
                                                 loaded["verifier"].tokenizer, spec, step, sampled=True)
-        plan["sampling"] = sampling_plan(sampled, record["sampling"], costs, spec)
-        best = plan["sampling"]
-        step(f"chose D={best['depth']} W={best['width']} V={best['verify']} for T={spec.temperature:g} "
-             f"(estimated {best['objective']['speedup']:.2f}x)")
+        plan = replace(plan, sampling=sampling_plan(sampled, record["sampling"], costs, spec))
+        best = plan.sampling.shape
+        step(f"chose D={best.depth} W={best.width} V={best.verify} for T={spec.temperature:g} "
+             f"(estimated {plan.sampling.objective.speedup:.2f}x)")
     return Calibrated(shape, plan, record, forward, candidates, samples, costs)
 
 
-def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, step) -> dict:
+def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, step) -> AdaptivePlan:
     """Train the draft-depth predictor where the runtime can switch shapes per iteration (eager phases
     around O2 packages) -> plan.json's "adaptive" record."""
-    if job.opt != "O2" or job.calib.pin_depth is not None:
+    if job.opt != OptLevel.O2 or job.calib.pin_depth is not None:
         step("depth predictor: not trained (it needs --opt O2 and a free --depth)")
-        return {"used": False, "reason": "per-iteration shapes need --opt O2 and a free depth"}
+        return AdaptivePlan(False, "per-iteration shapes need --opt O2 and a free depth")
     policy, record = train_policy(cal.samples, cal.candidates, cal.shape.width, cal.costs.iteration_ms)
     if policy is not None:
         save_file(policy.predictor.state_dict(), w.path("predictor.safetensors"))
-        record.update(policy.to_record())
-    held = record.get("held_out_tokens_per_ms", {})
+    held = record.held_out_tokens_per_ms
     step(f"depth predictor: {'used' if policy else 'not used'}"
-         + (f" ({held['adaptive']:.4f} vs {held['best_constant']:.4f} tokens/ms held out, an oracle "
-            f"{held['oracle']:.4f})" if held else ""))
+         + (f" ({held.adaptive:.4f} vs {held.best_constant:.4f} tokens/ms held out, an oracle "
+            f"{held.oracle:.4f})" if held else ""))
     return record
 
 
 def load_checked_pair(job: CompileJob) -> dict[str, loading.LoadedModel]:
-    """The pair check, then both models; an EAGLE-3 head compiles with the Inductor backend on a CPU."""
-    if drafter_kind(job.drafter_dir) == "eagle3" and (job.device != "cpu" or job.backend != "inductor"):
-        raise YggcError(f"{job.drafter_dir} is an EAGLE-3 head: bundles with heads are CPU-only for now; "
-                        "compile with --device cpu (the inductor backend)")
+    """The drafter kind's target check (an EAGLE-3 head compiles with the Inductor backend on a CPU), the pair
+    check, then both models."""
+    kind = kind_of_folder(job.drafter_dir)
+    kind.check_target(job.drafter_dir, job.device, job.backend)
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
     drafter = load_drafter(job.drafter_dir, verifier, job.dtype, job.device)
-    fuse_in_verifier(verifier, drafter, job.opt)
+    kind.fuse_in_verifier(verifier, drafter, job.opt)
     return {"verifier": verifier, "drafter": drafter}
 
 
-def decode_checked(plan: dict, profile: dict, decoder: SpeculativeDecoder, loaded: dict,
-                   compiled: dict[str, CompiledModel], job: CompileJob, step) -> dict:
+def decode_checked(plan: BundlePlan, profile: dict, decoder: SpeculativeDecoder, loaded: dict,
+                   compiled: dict[str, CompiledModel], job: CompileJob, step) -> BundlePlan:
     """The plan after the decode checks (passes/decode_check.py): the greedy tree's, then the sampling plan's at
     the calibrated temperature; each verdict follows its decode."""
     layout = loaded["verifier"].layout
     ar, prompts = AutoregressiveDecoder(compiled["verifier"], layout), check_prompts(loaded["verifier"].tokenizer, job.calib)
     decoded = decode_check(decoder, ar, prompts)
-    step(f"decoded calibration text: {plan['depth']}x{plan['width']}x{plan['verify']} at "
-         f"{decoded['tree_tpot_ms']:.3f} ms/token, the verifier alone at {decoded['ar_tpot_ms']:.3f}")
+    step(f"decoded calibration text: {plan.shape.depth}x{plan.shape.width}x{plan.shape.verify} at "
+         f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
     plan = checked_plan(plan, profile, decoded, step)
-    if "sampling" in plan:
-        s = plan["sampling"]
-        shape = TreeShape(s["depth"], s["width"], s["verify"])
+    if plan.sampling is not None:
+        shape = plan.sampling.shape
         sampled = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, shape)
         decoded = decode_check(sampled, ar, prompts, temperature=job.calib.temperature)
         step(f"decoded calibration text at T={job.calib.temperature:g}: {shape.depth}x{shape.width}x{shape.verify} at "
-             f"{decoded['tree_tpot_ms']:.3f} ms/token, the verifier alone at {decoded['ar_tpot_ms']:.3f}")
-        plan["sampling"] = checked_sampling_plan(s, decoded, step)
+             f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
+        plan = replace(plan, sampling=checked_sampling_plan(plan.sampling, decoded, step))
     return plan
 
 
@@ -184,7 +181,7 @@ class CompileState:
     job: CompileJob
     log: Callable[[str], None]
     stack: ExitStack  # the open bundle writer and compiler choice, closed (or cleaned up) after the last pass
-    head: bool = False  # the drafter is an EAGLE-3 head
+    head: bool = False  # the drafter kind's `head`: it drafts from the verifier's features (an EAGLE-3 head)
     widths: dict[str, list[int]] = field(default_factory=dict)  # forward widths lowered before calibration
     loaded: dict | None = None
     writer: BundleWriter | None = None
@@ -192,16 +189,16 @@ class CompileState:
     buckets: list[dict] = field(default_factory=list)
     compiled: dict[str, CompiledModel] | None = None
     shape: TreeShape | None = None
-    plan: dict = field(default_factory=lambda: {"source": "compile flags"})
+    plan: BundlePlan | None = None  # the calibrated plan; a fixed shape's is made by the stage-plan pass
     cal: Calibrated | None = None
-    adaptive: dict | None = None
+    adaptive: AdaptivePlan | None = None
     decoder: SpeculativeDecoder | None = None
     profile: dict | None = None
     started: float = field(default_factory=time.perf_counter)
 
 
 def load_pass(s: CompileState, note: Note) -> str:
-    s.head = drafter_kind(s.job.drafter_dir) == "eagle3"
+    s.head = kind_of_folder(s.job.drafter_dir).head
     s.widths = bucket_widths(s.job.shape, probe=s.job.calib is not None and s.job.calib.probe, head=s.head,
                              opt=s.job.opt)
     s.loaded = load_checked_pair(s.job)
@@ -228,9 +225,9 @@ def lower_pass(s: CompileState, note: Note) -> None:
     s.buckets = lower_forward_buckets(s.writer, s.loaded, s.widths, job, note)
     if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and s.buckets:
         probe_load(s.writer.root / s.buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile
-    width, drafter = package_width(job) if job.opt == "O2" else 0, s.loaded["drafter"].graph
-    s.compiled = {name: CompiledModel(m.graph, forward_packages(s.writer.root, s.buckets, name), job.opt, job.backend,
-                                      width, features_package(name, job.opt, drafter), package_inputs(name, drafter))
+    width, drafter = package_width(job) if job.opt == OptLevel.O2 else 0, s.loaded["drafter"].graph
+    s.compiled = {name: compiled_model(name, m.graph, forward_packages(s.writer.root, s.buckets, name), drafter,
+                                       job.opt, job.backend, width)
                   for name, m in s.loaded.items()}
 
 
@@ -247,8 +244,8 @@ def predictor_pass(s: CompileState, note: Note) -> None:
 def plan_buckets_pass(s: CompileState, note: Note) -> str | None:
     """The forward buckets the chosen shapes call that are not lowered yet (O1; an O2 package serves every width)."""
     shapes = [s.shape]
-    if "sampling" in s.plan:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
-        shapes.append(TreeShape(s.plan["sampling"]["depth"], s.plan["sampling"]["width"], s.plan["sampling"]["verify"]))
+    if s.plan.sampling is not None:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
+        shapes.append(s.plan.sampling.shape)
     wanted = {name: sorted({w for shape in shapes for w in bucket_widths(shape, head=s.head, opt=s.job.opt)[name]})
               for name in s.compiled}
     missing = {name: [x for x in ws if x not in s.compiled[name].runners] for name, ws in wanted.items()}
@@ -292,21 +289,21 @@ def decode_check_pass(s: CompileState, note: Note) -> None:
 
 
 def stage_plan_pass(s: CompileState, note: Note) -> str:
-    schedule = s.plan["schedule"] = plan_record(s.shape, s.profile, s.cal.candidates if s.cal else None)
-    return f"priced the stage plans: {schedule['variant']} ({schedule['iteration_ms']:.2f} ms per iteration)"
+    schedule = plan_record(s.shape, s.profile, s.cal.candidates if s.cal else None)
+    s.plan = replace(s.plan or BundlePlan(s.shape), schedule=schedule)
+    return (f"priced the stage plans: {schedule.executed.variant} ({schedule.executed.iteration_ms:.2f} ms per "
+            "iteration)")
 
 
 def write_pass(s: CompileState, note: Note) -> str:
     job = s.job
-    if s.adaptive is not None:
-        s.plan["adaptive"] = s.adaptive
-    s.writer.write_json("plan.json", {"depth": s.shape.depth, "width": s.shape.width, "verify": s.shape.verify,
-                                      **s.plan})
+    s.writer.write_json("plan.json", replace(s.plan, adaptive=s.adaptive).to_json())
     s.writer.finish({"device": job.device, "dtype": loading.dtype_label(job.dtype), "max_seq": job.max_seq,
                      "buckets": every_rank(s.buckets, job.tp),
                      "extra": {"opt": job.opt, "backend": job.backend,
-                               "package_width": package_width(job) if job.opt == "O2" else 0, "tp": job.tp,
-                               "drafter": drafter_record(s.loaded["drafter"].graph), "cxx": s.cxx,
+                               "package_width": package_width(job) if job.opt == OptLevel.O2 else 0, "tp": job.tp,
+                               "drafter": kind_of(s.loaded["drafter"]).record(s.loaded["drafter"].graph),
+                               "cxx": s.cxx,
                                "compile_s": round(time.perf_counter() - s.started, 1)}})
     return "wrote the bundle"
 
@@ -332,7 +329,7 @@ PASSES = (
     CompilePass(calibrate_pass, ("loaded", "compiled"), ("cal", "shape", "plan"), calibrated),
     CompilePass(predictor_pass, ("cal",), ("adaptive",), calibrated),
     CompilePass(plan_buckets_pass, ("shape", "plan", "compiled"), ("buckets", "compiled"), calibrated),
-    CompilePass(phases_pass, ("loaded", "shape"), ("buckets",), lambda job: job.opt == "O1"),
+    CompilePass(phases_pass, ("loaded", "shape"), ("buckets",), lambda job: job.opt == OptLevel.O1),
     CompilePass(profile_pass, ("compiled", "buckets", "shape"), ("decoder", "profile")),
     CompilePass(decode_check_pass, ("plan", "profile", "decoder"), ("plan",), calibrated),
     CompilePass(stage_plan_pass, ("shape", "profile"), ("plan",)),

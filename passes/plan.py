@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..plan.bundle_plan import StageEstimate, StagePlan, TimelineSlot
 from ..plan.schedule import Schedule, list_schedule
 from ..plan.shape import TreeShape
 from ..plan.stages import SHARED, VARIANTS, Assignment, StageCosts, iteration_dag, split_assignment
@@ -38,12 +39,11 @@ class PlanEstimate:
     def executable(self) -> bool:
         return (self.variant, self.assignment) in EXECUTABLE
 
-    def to_dict(self) -> dict:
-        s = self.shape
-        return {"variant": self.variant, "assignment": self.assignment,
-                "depth": s.depth, "width": s.width, "verify": s.verify,
-                "tokens_per_iter": round(self.tokens_per_iter, 4), "iteration_ms": round(self.iteration_ms, 4),
-                "ms_per_token": round(self.ms_per_token, 4), "executable": self.executable}
+    def to_estimate(self, per_token: bool = True) -> StageEstimate:
+        """As plan.json records it (rounded); per_token=False leaves out the tokens per iteration and ms per token."""
+        return StageEstimate(self.variant, self.assignment, self.shape, round(self.iteration_ms, 4), self.executable,
+                             round(self.tokens_per_iter, 4) if per_token else None,
+                             round(self.ms_per_token, 4) if per_token else None)
 
 
 def assignments(profile: dict) -> list[Assignment]:
@@ -74,24 +74,19 @@ def best_executable(plans: list[PlanEstimate]) -> PlanEstimate:
     return next(p for p in plans if p.executable)
 
 
-def timeline_record(plan: PlanEstimate) -> list[dict]:
+def timeline_record(plan: PlanEstimate) -> tuple[TimelineSlot, ...]:
     """The steady-state iteration's stages (the second unrolled one), times relative to its first start."""
     slots = plan.schedule.timeline(1)
     t0 = min(s.start_ms for s in slots)
-    return [{"stage": s.stage, "resource": s.resource, "start_ms": round(s.start_ms - t0, 4),
-             "end_ms": round(s.end_ms - t0, 4)} for s in slots]
+    return tuple(TimelineSlot(s.stage, s.resource, round(s.start_ms - t0, 4), round(s.end_ms - t0, 4)) for s in slots)
 
 
-def plan_record(shape: TreeShape, profile: dict, candidates: dict[TreeShape, float] | None = None) -> dict:
+def plan_record(shape: TreeShape, profile: dict, candidates: dict[TreeShape, float] | None = None) -> StagePlan:
     """plan.json's "schedule": the executed plan for the bundle's shape, its estimate and timeline, and
     the runners-up over the calibrated shapes (without calibration: the variants of the bundle's shape,
     ranked by iteration time, as every variant of one shape accepts the same tokens)."""
     plans = search_plans(candidates or {shape: 1.0}, profile)
     chosen = next(p for p in plans if p.executable and p.shape == shape)
-    drop = () if candidates else ("tokens_per_iter", "ms_per_token")
-
-    def rec(p: PlanEstimate) -> dict:
-        return {k: v for k, v in p.to_dict().items() if k not in drop}
-
-    return {**rec(chosen), "timeline": timeline_record(chosen), "best_estimated": rec(plans[0]),
-            "runners_up": [rec(p) for p in plans[:RUNNERS_UP]]}
+    per_token = bool(candidates)
+    return StagePlan(chosen.to_estimate(per_token), timeline_record(chosen), plans[0].to_estimate(per_token),
+                     tuple(p.to_estimate(per_token) for p in plans[:RUNNERS_UP]))

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ..bundle.manifest import OptLevel
 from ..graphs.packed_table import PackedEmbedding, pack_table
 from ..runtime import kernel_ops
 from . import kernel_library
@@ -35,8 +36,8 @@ class PackedHead(nn.Module):
 
 
 def kernel_is_fastest() -> bool:
-    """The kernel matches the template's speed on AVX2 and on AVX512-BF16 without AMX (tools/bench_tied_head.py);
-    AMX beats it, and AVX-512 without BF16 has no kernel of its own here."""
+    """The kernel matches the template's speed on AVX2 and on AVX512-BF16 without AMX
+    (docs/benchmarks/cpu-verify-curve.md); AMX beats it, and AVX-512 without BF16 has no kernel of its own here."""
     if torch.cpu._is_amx_tile_supported():
         return False
     return torch.backends.cpu.get_cpu_capability() == "AVX2" or avx512_bf16()
@@ -52,10 +53,10 @@ def table_columns() -> int:
     return 64 if avx512_bf16() else 16
 
 
-def applies(graph: nn.Module, device: str, opt: str) -> bool:
+def applies(graph: nn.Module, device: str, opt: OptLevel) -> bool:
     """Whether `graph`'s package should hold its tied table once, in the kernel's layout."""
     head, embed = getattr(graph, "lm_head", None), getattr(graph, "embed", None)
-    return (opt == "O2" and device == "cpu" and kernel_is_fastest()
+    return (opt == OptLevel.O2 and device == "cpu" and kernel_is_fastest()
             and isinstance(head, nn.Linear) and isinstance(embed, nn.Embedding) and head.weight is embed.weight
             and head.weight.dtype == torch.bfloat16 and head.weight.shape[1] % 2 == 0)
 

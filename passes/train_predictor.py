@@ -9,10 +9,11 @@ the best constant shape before the bundle uses the predictor.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from ..plan.bundle_plan import AdaptivePlan, HeldOutRates
 from ..plan.calibration import TreeSample, accepted_by_budget, node_weights, truncate
 from ..plan.depth_predictor import DepthPolicy, DepthPredictor, shape_per_depth
 from ..plan.objective import choice_tokens_per_ms, oracle_choice
@@ -62,16 +63,16 @@ def split(data: PredictorData, held_out: bool) -> PredictorData:
 
 
 def train_policy(samples: list[TreeSample], tokens_per_iter: dict[TreeShape, float], width: int,
-                 iteration_ms: Callable[[TreeShape], float]) -> tuple[DepthPolicy | None, dict]:
+                 iteration_ms: Callable[[TreeShape], float]) -> tuple[DepthPolicy | None, AdaptivePlan]:
     """-> the policy (None when it does not beat the best constant shape on held-out trees, or there is
-    nothing to choose between) and the record explaining it."""
+    nothing to choose between) and plan.json's record explaining it (with the policy, where it is used)."""
     at_width = {s: t for s, t in tokens_per_iter.items() if s.width == width}
     shapes = tuple(shape_per_depth(at_width, iteration_ms).values())
     ms = tuple(iteration_ms(s) for s in shapes)
     data = predictor_data(samples, shapes)
-    record = {"width": width, "shapes": [[s.depth, s.width, s.verify] for s in shapes], "n_trees": len(data.tokens)}
+    record = AdaptivePlan(False, width=width, shapes=shapes, n_trees=len(data.tokens))
     if len(shapes) < 2 or len(data.tokens) < 2 * HOLDOUT:
-        return None, {**record, "used": False, "reason": "fewer than two depths or too few calibration trees"}
+        return None, replace(record, reason="fewer than two depths or too few calibration trees")
     train, test = split(data, held_out=False), split(data, held_out=True)
     policy = DepthPolicy(fit_predictor(train), shapes, ms)
     constant = int(torch.argmax(train.tokens.sum(0) / torch.tensor(ms)))  # the best static shape on train
@@ -79,11 +80,10 @@ def train_policy(samples: list[TreeSample], tokens_per_iter: dict[TreeShape, flo
     adaptive = choice_tokens_per_ms(test.tokens, ms_t, policy.choose_index(test.features))
     static = choice_tokens_per_ms(test.tokens, ms_t, torch.full((len(test.tokens),), constant))
     oracle = choice_tokens_per_ms(test.tokens, ms_t, oracle_choice(test.tokens, ms_t))  # knows each tree's yield
-    used = adaptive > static * MIN_GAIN
-    record.update(used=used, held_out_tokens_per_ms={"adaptive": round(adaptive, 5), "best_constant": round(static, 5),
-                                                     "oracle": round(oracle, 5)},
-                  best_constant=[shapes[constant].depth, width, shapes[constant].verify])
-    if not used:
-        record["reason"] = (f"choosing the depth per iteration did not beat the best constant shape by {MIN_GAIN - 1:.0%} "
-                            "on held-out trees")
-    return (policy if used else None), record
+    record = replace(record, used=adaptive > static * MIN_GAIN,
+                     held_out_tokens_per_ms=HeldOutRates(round(adaptive, 5), round(static, 5), round(oracle, 5)),
+                     best_constant=shapes[constant])
+    if not record.used:
+        return None, replace(record, reason=f"choosing the depth per iteration did not beat the best constant shape "
+                                            f"by {MIN_GAIN - 1:.0%} on held-out trees")
+    return policy, policy.recorded_in(record)

@@ -91,7 +91,7 @@ def tiny_pair(ckpt_root):
 
 @pytest.fixture(scope="module")
 def decoders(ckpt_root):
-    """kind ("ar", "llama", "eagle3") -> a decoder over tiny random models (tests/decoder_kinds.py)."""
+    """kind ("ar", "llama", "eagle3", "suffix") -> a decoder over tiny random models (tests/decoder_kinds.py)."""
     from decoder_kinds import make_decoders
 
     return make_decoders(ckpt_root / "kinds")

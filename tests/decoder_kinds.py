@@ -11,8 +11,9 @@ from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout
 from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.suffix_decoder import SuffixDecoder, SuffixDrafter
 
-KINDS = ("ar", "llama", "eagle3")
+KINDS = ("ar", "llama", "eagle3", "suffix")
 VOCAB = 8
 
 
@@ -29,4 +30,5 @@ def make_decoders(root: Path) -> dict:
     verifier, drafter = load_model(v, layout.n_slots), load_model(root / "d", layout.n_slots)
     e3_verifier, e3_head = drafters.load_pair(v, root / "head", torch.float32, layout.max_seq)
     return {"ar": AutoregressiveDecoder(verifier, layout), "llama": SpeculativeDecoder(verifier, drafter, layout, shape),
-            "eagle3": drafters.speculative_decoder(e3_verifier.graph, e3_head.graph, layout, shape)}
+            "eagle3": drafters.speculative_decoder(e3_verifier.graph, e3_head.graph, layout, shape),
+            "suffix": SuffixDecoder(verifier, SuffixDrafter(min_n=1), layout, shape)}

@@ -18,9 +18,9 @@ TOOLS = ROOT / "tools"
 # package -> the yggc packages and modules it may import (prefix match); None: no rule beyond the global ones
 ALLOWED = {
     "yggc.graphs": ("yggc.graphs",),
-    "yggc.tree": ("yggc.tree", "yggc.errors"),
-    "yggc.plan": ("yggc.plan", "yggc.tree", "yggc.errors"),
-    "yggc.bundle": ("yggc.bundle", "yggc.errors", "yggc"),  # "yggc" itself for __version__
+    "yggc.tree": ("yggc.tree", "yggc.errors", "yggc.compat"),
+    "yggc.plan": ("yggc.plan", "yggc.tree", "yggc.errors", "yggc.compat"),
+    "yggc.bundle": ("yggc.bundle", "yggc.errors", "yggc.compat", "yggc"),  # "yggc" itself for __version__
     "yggc.serve": ("yggc.serve", "yggc.runtime", "yggc.bundle", "yggc.errors", "yggc"),
     "yggc.train": ("yggc.train", "yggc.graphs", "yggc.runtime", "yggc.errors"),
 }
@@ -202,3 +202,50 @@ def test_a_shared_name_is_caught():
 def test_modules_stay_small():
     long = {n: len(f.read_text().splitlines()) for n, f in module_files().items()}
     assert {n: k for n, k in long.items() if k > 400} == {}
+
+
+# where a drafter's kind may be tested: the kind plug-ins, and graphs/ where the EAGLE-3 head and its folder check live
+KIND_TESTS_ALLOWED = (ROOT / "yggc" / "runtime" / "drafters", ROOT / "graphs")
+
+
+def named(node: ast.AST) -> str:
+    """The name a call or an isinstance class argument reads: `f` of f(...) and of mod.f(...)."""
+    return getattr(node, "id", None) or getattr(node, "attr", "")
+
+
+def kind_tests(source: str) -> list[str]:
+    """Every test of which drafter kind something is: is_head(...) / is_eagle3(...), drafter_kind(...) compared, an
+    isinstance whose classes name Eagle3 (each as the source text of the call or comparison)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and named(node.func) in ("is_head", "is_eagle3"):
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.Call) and named(node.func) == "isinstance" and len(node.args) == 2:
+            if any("Eagle3" in named(n) for n in ast.walk(node.args[1])):
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.Compare):
+            if any(isinstance(n, ast.Call) and named(n.func) == "drafter_kind" for n in [node.left, *node.comparators]):
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_only_the_drafter_kinds_test_which_kind_a_drafter_is():
+    """A drafter is a type, not a branch: everything outside yggc/runtime/drafters/ asks the kind (drafters.kind_of,
+    kind_of_folder) what it does instead of testing which kind it is."""
+    tests = {str(f.relative_to(ROOT)): kind_tests(f.read_text()) for f in module_files().values()
+             if not any(f.is_relative_to(folder) for folder in KIND_TESTS_ALLOWED)}
+    assert {f: found for f, found in tests.items() if found} == {}
+
+
+@pytest.mark.parametrize("line, found", [
+    ("if is_head(model.graph):\n    pass", ["is_head(model.graph)"]),
+    ("head = drafters.is_head(d)", ["drafters.is_head(d)"]),
+    ("eagle3 = drafter_kind(path) == 'eagle3'", ["drafter_kind(path) == 'eagle3'"]),
+    ("x = 'llama' != drafters.drafter_kind(path)", ["'llama' != drafters.drafter_kind(path)"]),
+    ("ok = isinstance(g, Eagle3Graph)", ["isinstance(g, Eagle3Graph)"]),
+    ("ok = isinstance(g, (LlamaGraph, eagle3.Eagle3Graph))", ["isinstance(g, (LlamaGraph, eagle3.Eagle3Graph))"]),
+    ("head = is_eagle3(folder)", ["is_eagle3(folder)"]),
+    ("ok = isinstance(g, LlamaGraph)\nhead = kind_of(g).head", []),
+])
+def test_a_kind_test_is_caught(line, found):
+    assert kind_tests(line) == found

@@ -53,7 +53,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     dtype = loading.parse_dtype(args.dtype)
     verifier = loading.load(loading.model_dir(args.model), dtype, 2048)
-    names = {"drafter": args.model_draft, "eagle3" if drafters.drafter_kind(args.model_draft2) == "eagle3"
+    names = {"drafter": args.model_draft, "eagle3" if drafters.kind_of_folder(args.model_draft2).name == "eagle3"
              else "drafter2": args.model_draft2}
     loaded = {}
     for label, path in names.items():

@@ -33,9 +33,9 @@ TOOLS = Path(__file__).resolve().parent
 if str(TOOLS) not in sys.path:
     sys.path.insert(0, str(TOOLS))
 
-from bench_sampling import load_prompts  # noqa: E402
 from bench_sampling_paired import drafting_free_ms, sampled_texts, score_greedy  # noqa: E402
 
+from yggc.bench.prompt_sets import load_prompt_texts  # noqa: E402
 from yggc.plan.objective import choice_tokens_per_ms, oracle_choice  # noqa: E402
 from yggc.plan.shape import TreeShape  # noqa: E402
 from yggc.plan.stages import StageCosts  # noqa: E402
@@ -131,7 +131,7 @@ def bounds(positions: list[dict], costs: StageCosts, shape: TreeShape) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("bundle", help="a compiled bundle (its drafter grows the trees, its profile prices the shapes)")
-    ap.add_argument("--prompts-file", help="held-out prompts (JSON, as bench_sampling reads them)")
+    ap.add_argument("--prompts-file", type=Path, help="held-out prompts (JSON, as `yggc bench` reads them)")
     ap.add_argument("--prompts", type=int, default=None, help="use the first N prompts (default all)")
     ap.add_argument("-n", type=int, default=64, help="greedy tokens the verifier decodes per prompt (default 64)")
     ap.add_argument("--stride", type=int, default=2, help="one priced position in STRIDE (default 2)")
@@ -150,8 +150,8 @@ def main(argv=None) -> None:
         ap.error("--prompts-file is needed to grow the trees (or --trees FILE of trees saved before)")
     else:
         from yggc.runtime import Runtime
-        positions = collect(Runtime.load(args.bundle), load_prompts(args.prompts_file, args.prompts), args.n,
-                            args.stride, shape)
+        prompts = load_prompt_texts(args.prompts_file)[0][: args.prompts]
+        positions = collect(Runtime.load(args.bundle), prompts, args.n, args.stride, shape)
         if args.trees:
             Path(args.trees).write_text(json.dumps(positions))
     costs = StageCosts.from_profile(json.loads((Path(args.bundle) / "profile.json").read_text()))

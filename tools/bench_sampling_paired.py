@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Paired pricing of tree shapes and T > 0 rules: every shape drafts from the same contexts, priced exactly.
 
-`bench_sampling.py` counts what each decoder accepts, but each decoder samples its own texts, and
+`yggc bench --sampling-rules` counts what each decoder accepts, but each decoder samples its own texts, and
 on a few dozen prompts the texts' own variation is larger than the differences between rules. Here
 the verifier samples each prompt's continuation alone (so the contexts follow its own law); at every
 `--stride`-th position of it, every shape drafts once from the same verifier and drafter state (the
 same seed: common random numbers), the verifier scores the pruned draft, and the draft is priced
 exactly under its rule (1 + the expected accepted length: block verification for a chain, recursive
-rejection or traversal verification for a sampled tree; `bench_sampling.exact_tokens_per_call`).
+rejection or traversal verification for a sampled tree; `yggc.bench.sampling_rules.exact_tokens_per_call`).
 Printed per shape: the mean over positions with its standard error, and the ratio to the first
 shape with a standard error clustered by prompt (positions of one text are not independent).
 At T = 0 (`--temps 0`) the text is the verifier's greedy one and every shape drafts its greedy tree;
@@ -24,30 +24,19 @@ import argparse
 import functools
 import json
 import math
-import sys
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-TOOLS = Path(__file__).resolve().parent
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
-
-from bench_sampling import (  # noqa: E402
-    add_common_args,
-    exact_tokens_per_call,
-    load_prompts,
-    parse_runs,
-    sampling_decoder,
-)
-
-from yggc.plan.objective import choice_tokens_per_ms, oracle_choice  # noqa: E402
-from yggc.plan.stages import StageCosts, iteration_stages  # noqa: E402
-from yggc.runtime import Runtime  # noqa: E402
-from yggc.tree.recursive_rejection import acceptance_probs  # noqa: E402
-from yggc.tree.sampling import SamplingParams, target_probs  # noqa: E402
-from yggc.tree.verification import children_lists, verify_greedy  # noqa: E402
+from yggc.bench.prompt_sets import load_prompt_texts
+from yggc.bench.sampling_rules import exact_tokens_per_call, parse_runs, sampling_decoder
+from yggc.plan.objective import choice_tokens_per_ms, oracle_choice
+from yggc.plan.stages import StageCosts, iteration_stages
+from yggc.runtime import Runtime
+from yggc.tree.recursive_rejection import acceptance_probs
+from yggc.tree.sampling import SamplingParams, target_probs
+from yggc.tree.verification import children_lists, verify_greedy
 
 
 def sampled_texts(rt: Runtime, prompts: list[str], n: int, temp: float) -> list[tuple[list[int], list[int]]]:
@@ -204,7 +193,14 @@ def print_oracle(temp: float, runs, prices: list[list[list[float]]], costs: Stag
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_args(ap, 0, "RULE:DxWxV, comma-separated (chain, rrs or traversal); ratios are to the first")
+    ap.add_argument("bundle")
+    ap.add_argument("--prompts-file", type=Path, required=True, help="prompts.json as `yggc bench` reads it")
+    ap.add_argument("--prompts", type=int, default=0, help="prompts to use (default all)")
+    ap.add_argument("--temps", default="0.7,1.0", help="temperatures, comma-separated (default 0.7,1.0)")
+    ap.add_argument("--shapes", required=True,
+                    help="RULE:DxWxV, comma-separated (chain, rrs or traversal); ratios are to the first")
+    ap.add_argument("--threads", type=int, help="torch threads")
+    ap.add_argument("--json", help="also write the results here")
     ap.add_argument("-n", type=int, default=64, help="tokens the verifier decodes per prompt (default 64)")
     ap.add_argument("--stride", type=int, default=4, help="price every STRIDE-th position (default 4)")
     ap.add_argument("--bound", type=lambda v: [int(x) for x in v.split(",")], metavar="V[,V]",
@@ -223,7 +219,7 @@ def main(argv=None) -> None:
     if args.bound and (runs[-1][0] != "rrs" or runs[-1][1].width == 1):
         raise SystemExit("--bound measures rank rates on the last shape: make it a wide rrs tree, e.g. rrs:4x8x32")
     rt = Runtime.load(args.bundle)
-    prompts = load_prompts(args.prompts_file, args.prompts)
+    prompts = load_prompt_texts(args.prompts_file)[0][: args.prompts or None]
     decoders = [sampling_decoder(rt, rule, shape) for rule, shape in runs]
     print(f"{args.bundle}: {len(prompts)} prompts x {args.n} tokens of the verifier's own, "
           f"one position in {args.stride}; "

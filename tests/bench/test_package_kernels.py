@@ -2,15 +2,9 @@
 verifier every kernel lands in a named group (each linear layer's GEMM, the attention op, the tied head)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
+import bench_package_kernels as tool
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-import bench_package_kernels as tool  # noqa: E402
-from yggc.graphs import load_config  # noqa: E402
+from yggc.graphs import load_config
 
 # SmolLM2-135M's sizes: hidden 576, 9 heads and 3 KV heads of 64, intermediate 1536
 SMOLLM2 = {(960, 576): "qkv projection", (576, 576): "attention output projection",

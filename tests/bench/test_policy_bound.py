@@ -2,19 +2,13 @@
 threshold policy's shape, realized and expected yields, and the bounds against brute force."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from bench_policy_bound import bounds, kept, threshold_shape, yields
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-from bench_policy_bound import bounds, kept, threshold_shape, yields  # noqa: E402
-
-from yggc.plan.cost_model import CostCurve  # noqa: E402
-from yggc.plan.shape import TreeShape  # noqa: E402
-from yggc.plan.stages import StageCosts  # noqa: E402
+from yggc.plan.cost_model import CostCurve
+from yggc.plan.shape import TreeShape
+from yggc.plan.stages import StageCosts
 
 # A W = 2 tree of 3 drafter steps: ids 1-2 from step 1, 3-4 from step 2, 5-6 from step 3. Path 1 -> 3 -> 5
 # is the drafter's favourite; the verifier accepts 1 and 3.

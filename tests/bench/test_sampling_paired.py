@@ -6,16 +6,11 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-
-from bench_sampling_paired import (  # noqa: E402
+from bench_sampling_paired import (
     add_rank_acceptance,
     best_tree_bound,
     clustered_ratio,

@@ -13,7 +13,9 @@ from yggc.passes.write_bundle import BundleWriter, clean_stale_partials
 from yggc import __version__
 from yggc.bundle import (
     FORMAT_VERSION,
+    BucketSpec,
     Manifest,
+    OptLevel,
     environment,
     file_sha256,
     load_manifest,
@@ -93,7 +95,9 @@ def test_round_trip(tmp_path):
     assert {k: raw[k] for k in env} == env
     assert written.yggc_version == __version__ and written.torch_version == torch.__version__
     assert written.passes_hash == passes_hash() and len(written.passes_hash) == 64
-    assert written.buckets == FIELDS["buckets"] and written.extra == {"note": "test"} and written.created
+    assert [b.to_json() for b in written.buckets] == FIELDS["buckets"] == raw["buckets"]
+    assert written.buckets == [BucketSpec("verify_w9", "verifier", "verify", 9, ARTIFACT)]
+    assert written.extra == {"note": "test"} and written.created and written.opt == OptLevel.O1 == "O1"
     assert sorted(written.files) == [ARTIFACT, "drafter/config.json", "drafter/model.safetensors",
                                      "drafter/tokenizer.json", "plan.json", "profile.json", "verifier/config.json",
                                      "verifier/model.safetensors", "verifier/tokenizer.json"]
@@ -295,7 +299,11 @@ def test_damaged_manifest(bundle):
     ({"max_seq": "64"}, "field 'max_seq' is '64', not an integer > 1"),
     ({"dtype": "float16"}, "field 'dtype' is 'float16'"),
     ({"surprise": 1}, "unknown field 'surprise'"),
-    ({"buckets": [{"name": "verify_w9", "file": "artifacts/other.pt2"}]}, "bucket 'verify_w9' names file"),
+    ({"buckets": [{"name": "verify_w9", "model": "verifier", "kind": "forward", "width": 9,
+                   "file": "artifacts/other.pt2"}]}, "bucket 'verify_w9' names file"),
+    ({"buckets": [{"name": "verify_w9", "file": ARTIFACT}]}, "field 'buckets' is"),  # no model, kind or width
+    ({"buckets": [{"name": "v", "model": "verifier", "kind": "forward", "width": 9, "shards": 2}]}, "field 'buckets'"),
+    ({"extra": {"opt": "O3"}}, "field 'extra' is {\"opt\": \"O3\"}, not an object (its \"opt\", where given"),
     ({"files": {"../outside": "0" * 64}}, "'../outside', which is not a path inside the bundle"),
 ])
 def test_inconsistent_manifest(bundle, change, needle):
@@ -334,7 +342,7 @@ def test_weights_may_live_only_in_o2_packages(tmp_path):
     out, manifest = write_weightless(tmp_path, O2_FIELDS)
     assert not list(out.rglob("*.safetensors")) and (out / "verifier" / "config.json").is_file()
     assert manifest.models["verifier"] == model_hashes(tmp_path / "src" / "verifier")  # the checkpoint's hashes
-    assert validate_bundle(out).models == manifest.models
+    assert validate_bundle(out).models == manifest.models and manifest.opt == OptLevel.O2
 
 
 def test_weightless_model_without_a_package_is_refused(tmp_path):

@@ -188,6 +188,16 @@ def test_run_with_an_eagle3_head_equals_the_verifier_alone(capsys, eagle3_head):
     assert code == 0 and json.loads(out)["tokens"] == alone["tokens"]
 
 
+def test_run_with_suffix_drafts_equals_the_verifier_alone(capsys, checkpoint):
+    v = str(checkpoint("qwen2_bias"))  # greedy, it falls into a loop the suffix drafts then follow
+    args = ["run", "-m", v, "--prompt-ids", "5,6,7", "-n", "60", "--json"]
+    alone = json.loads(run(capsys, *args)[1])
+    code, out, _ = run(capsys, *args, "--suffix", "--depth", "4")
+    got = json.loads(out)
+    assert code == 0 and got["tokens"] == alone["tokens"] and got["n_accept"] > 0
+    expect_error(capsys, [*args, "--suffix", "-md", v], "--suffix drafts from the text, with no drafter")
+
+
 def test_eagle3_head_errors_are_one_line(capsys, tmp_path, checkpoint, eagle3_head):
     _, head = eagle3_head
     other = str(checkpoint("mistral_headdim"))
@@ -222,3 +232,30 @@ def test_run_follows_a_grammar_file_and_a_json_schema(capsys, tmp_path):
     bad.write_text('root ::= "a" b\n')
     expect_error(capsys, ["run", "-p", "x", "--grammar", str(bad)], "the gbnf is not a grammar yggc can follow")
     expect_error(capsys, ["run", "-p", "x", "--json-schema", str(tmp_path / "none.json")], "is not a file")
+
+
+def test_a_plan_newer_than_this_yggc_is_one_line_and_exit_2(capsys, tmp_path, checkpoint):
+    """A bundle's plan.json from a newer yggc: `yggc inspect` (a plan.json edited after the compile) and `yggc run`
+    (one written with the newer version) name the version and the fix."""
+    from yggc.passes.write_bundle import BundleWriter
+
+    from yggc.plan.bundle_plan import PLAN_VERSION, BundlePlan
+    from yggc.plan.shape import TreeShape
+
+    def write(out, plan):
+        with BundleWriter(out) as w:
+            for name in ("verifier", "drafter"):
+                w.copy_model_dir(checkpoint("llama_gqa"), name)
+            w.write_json("plan.json", plan)
+            w.finish({"device": "cpu", "dtype": "float32", "max_seq": 64})
+        return out
+
+    plan = BundlePlan(TreeShape(2, 2, 3)).to_json()
+    newer = {**plan, "schema_version": PLAN_VERSION + 1}
+    edited = write(tmp_path / "edited", plan)
+    assert run(capsys, "inspect", str(edited))[0] == 0
+    (edited / "plan.json").write_text(json.dumps(newer))
+    needles = (f"plan.json has schema_version {PLAN_VERSION + 1}, newer than this yggc reads ({PLAN_VERSION})",
+               "re-run `yggc compile` with this yggc, or upgrade yggc")
+    expect_error(capsys, ["inspect", str(edited)], *needles)
+    expect_error(capsys, ["run", str(write(tmp_path / "newer", newer)), "--prompt-ids", "1,2", "-n", "2"], *needles)

@@ -13,6 +13,8 @@ from yggc.passes.choose_shape import estimate_off
 from yggc.passes.contention import CpuUse, busy_seconds, measure_until_quiet
 
 from yggc.cli.inspect import plan_warnings
+from yggc.plan.bundle_plan import BundlePlan
+from yggc.plan.shape import TreeShape
 
 
 def test_busy_seconds_count_every_state_but_idle_and_iowait():
@@ -64,7 +66,7 @@ def test_a_profile_disturbed_every_time_ships_with_its_record():
     notes = []
     profile = measure_until_quiet(lambda first: {"ms": 1}, notes.append, tries=3, watch=FakeWatch([1.0, 0.9, 1.2]))
     assert profile["contention"] == {"other_cores": 1.2, "tries": 3} and len(notes) == 2
-    warnings = plan_warnings(profile, {})
+    warnings = plan_warnings(profile, None)
     assert len(warnings) == 1 and "1.2 cores" in warnings[0] and "compile again" in warnings[0]
 
 
@@ -72,4 +74,4 @@ def test_an_estimate_the_decode_does_not_confirm_is_named():
     assert estimate_off(1.10, 1.00) is None and estimate_off(0.90, 1.00) is None
     line = estimate_off(2.15, 1.10)
     assert "2.15x" in line and "1.10x" in line and "15%" in line
-    assert plan_warnings({}, {"estimate_off": line}) == [line]
+    assert plan_warnings({}, BundlePlan(TreeShape(2, 2, 3), estimate_off=line)) == [line]

@@ -147,8 +147,8 @@ def test_choose_shape_honours_pins_and_records_the_ranking():
     samples = [TreeSample(tree, 2, continuation_along(tree, n, 4, n)[:4]) for n in range(tree.n_nodes)]
     costs = StageCosts(CostCurve(5.0, 1.0, 0.2), CostCurve(0.5, 1.0, 0.05))
     shape, plan = choose_shape(candidate_shapes(samples, 4, depth=3), costs)
-    assert shape.depth == 3 and plan["source"] == "calibration"
-    assert plan["candidates"][0] == plan["objective"] and all(c["depth"] == 3 for c in plan["candidates"])
+    assert shape.depth == 3 and plan.source == "calibration" and plan.shape == shape
+    assert plan.candidates[0] == plan.objective and all(c.shape.depth == 3 for c in plan.candidates)
     shape, _ = choose_shape(candidate_shapes(samples, 4, verify=5), costs)
     assert shape.verify == 5
     with pytest.raises(YggcError, match="--verify must be at most"):

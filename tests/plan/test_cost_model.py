@@ -25,36 +25,45 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     from yggc.passes.choose_shape import checked_plan
     from yggc.passes.decode_check import MIN_SPEEDUP
 
+    from yggc.plan.bundle_plan import BundlePlan, DecodeCheck, ShapeEstimate
     from yggc.plan.objective import measured_speedup
+    from yggc.plan.shape import TreeShape
 
-    plan = {"source": "calibration", "objective": {"tokens_per_iter": 1.55, "speedup": 1.18}}
+    best = ShapeEstimate(TreeShape(2, 2, 3), tokens_per_iter=1.55, iteration_ms=15.0, ms_per_token=9.7, speedup=1.18)
+    plan = BundlePlan(best.shape, "calibration", best, best, (best,))
     profile = {"phase_ms": {"draft": 1.3, "verify": 14.52}, "models": {"verifier": {"bucket_ms": {"1": 10.43}}}}
     steps = []
-    slow = checked_plan(plan, profile, {"tree_tpot_ms": 11.05, "ar_tpot_ms": 8.37, "speedup": 0.7575}, steps.append)
-    assert slow["measured"]["speedup"] == round(1.55 * 10.43 / (1.3 + 14.52), 4) > 1.0  # the phases alone say on
-    assert not slow["speculate"] and slow["decoded"]["speedup"] == 0.7575
+    slow = checked_plan(plan, profile, DecodeCheck(11.05, 8.37, 0.7575, 96), steps.append)
+    assert slow.measured.speedup == round(1.55 * 10.43 / (1.3 + 14.52), 4) > 1.0  # the phases alone say on
+    assert not slow.speculate and slow.decoded.speedup == 0.7575
     assert steps[0] == "the tree decoded at 0.76x the verifier alone: the bundle decodes without speculation"
-    assert steps[1] == slow["estimate_off"] and "estimated at 1.18x and decoded at 0.76x" in steps[1]
-    fast = checked_plan(plan, profile, {"tree_tpot_ms": 7.0, "ar_tpot_ms": 8.4, "speedup": 1.2}, steps.append)
-    assert fast["speculate"] and len(steps) == 2 and "estimate_off" not in fast  # 1.18 against 1.2: within 15%
-    within_noise = checked_plan(plan, profile, {"tree_tpot_ms": 8.2, "ar_tpot_ms": 8.37, "speedup": 1.02}, steps.append)
-    assert not within_noise["speculate"] and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
+    assert steps[1] == slow.estimate_off and "estimated at 1.18x and decoded at 0.76x" in steps[1]
+    fast = checked_plan(plan, profile, DecodeCheck(7.0, 8.4, 1.2, 96), steps.append)
+    assert fast.speculate and len(steps) == 2 and fast.estimate_off is None  # 1.18 against 1.2: within 15%
+    within_noise = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), steps.append)
+    assert not within_noise.speculate and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
-    assert plan == {"source": "calibration", "objective": {"tokens_per_iter": 1.55, "speedup": 1.18}}
+    assert plan == BundlePlan(best.shape, "calibration", best, best, (best,))  # a new plan; the given one is kept
 
 
 def test_checked_sampling_plan_follows_its_decode():
     """SmolLM2 bf16 on an AMD EPYC: the sampling plan D1 W4 V3, estimated above 1x at T = 1, ran at 0.72x."""
+    from dataclasses import replace
+
     from yggc.passes.choose_shape import checked_sampling_plan
 
-    sampling = {"depth": 1, "width": 4, "verify": 3, "temperature": 1.0, "speculate": True,
-                "objective": {"speedup": 1.02}}
+    from yggc.plan.bundle_plan import DecodeCheck, SamplingPlan, ShapeEstimate
+    from yggc.plan.shape import TreeShape
+
+    best = ShapeEstimate(TreeShape(1, 4, 3), tokens_per_iter=1.4, iteration_ms=12.0, ms_per_token=8.6, speedup=1.02)
+    sampling = SamplingPlan(best.shape, best, best, (best,), temperature=1.0, host_ms_per_step={4: 0.3})
     steps = []
-    slow = checked_sampling_plan(sampling, {"tree_tpot_ms": 13.97, "ar_tpot_ms": 10.13, "speedup": 0.7251}, steps.append)
-    assert not slow["speculate"] and slow["decoded"]["speedup"] == 0.7251 and sampling["speculate"]
+    slow = checked_sampling_plan(sampling, DecodeCheck(13.97, 10.13, 0.7251, 96), steps.append)
+    assert not slow.speculate and slow.decoded.speedup == 0.7251 and sampling.speculate
     assert steps == ["the sampling tree decoded at 0.73x the verifier alone: requests at T > 0 decode without "
                      "speculation"]
-    assert checked_sampling_plan({**sampling, "speculate": False}, {"speedup": 1.1}, steps.append)["speculate"]
+    assert checked_sampling_plan(replace(sampling, speculate=False), DecodeCheck(9.0, 9.9, 1.1, 96),
+                                 steps.append).speculate
 
 
 def test_decode_check_times_both_decoders_on_the_same_windows():
@@ -72,11 +81,11 @@ def test_decode_check_times_both_decoders_on_the_same_windows():
 
     tree, ar = Timed(5.0), Timed(10.0)
     got = decode_check(tree, ar, [[1, 2], [3], [4]], n_new=16, rounds=2)
-    assert got == {"tree_tpot_ms": 5.0, "ar_tpot_ms": 10.0, "speedup": 2.0, "tokens": 96}
+    assert got.to_json() == {"tree_tpot_ms": 5.0, "ar_tpot_ms": 10.0, "speedup": 2.0, "tokens": 96}
     assert tree.prompts == ar.prompts == [((1, 2), 8)] + [((1, 2), 16), ((3,), 16), ((4,), 16)] * 2
     assert all(p.greedy for p in tree.params + ar.params)
     tree, ar = Timed(5.0), Timed(4.0)
-    assert decode_check(tree, ar, [[1], [2]], n_new=4, rounds=2, temperature=0.7)["speedup"] == 0.8
+    assert decode_check(tree, ar, [[1], [2]], n_new=4, rounds=2, temperature=0.7).speedup == 0.8
     assert tree.params == ar.params and [p.seed for p in tree.params] == [0, 0, 1, 0, 1]  # a seed per window
     assert {p.temperature for p in tree.params} == {0.7}
 

@@ -3,6 +3,7 @@ import pytest
 import torch
 from yggc.passes.train_predictor import train_policy
 
+from yggc.plan.bundle_plan import AdaptivePlan
 from yggc.plan.calibration import TreeSample, tokens_per_iteration
 from yggc.plan.depth_predictor import N_FEATURES, TOP_K, DepthPolicy, root_features, shape_per_depth
 from yggc.plan.shape import TreeShape
@@ -57,10 +58,10 @@ def test_shape_per_depth_is_the_brute_force_best_at_each_depth():
 def test_predictor_beats_the_best_constant_depth_when_depth_is_learnable():
     samples = synthetic_samples(400)
     policy, record = train_policy(samples, tokens_per_iteration(samples, MAX_DEPTH), 1, cost)
-    assert record["used"] and policy is not None
-    held = record["held_out_tokens_per_ms"]
-    assert held["adaptive"] > 1.2 * held["best_constant"]
-    assert held["oracle"] >= held["adaptive"]  # nothing chooses better than knowing each tree's yield
+    assert record.used and policy is not None
+    held = record.held_out_tokens_per_ms
+    assert held.adaptive > 1.2 * held.best_constant
+    assert held.oracle >= held.adaptive  # nothing chooses better than knowing each tree's yield
     confident, unsure = samples[0].features, samples[1].features
     assert policy.choose(confident).depth >= 5 and policy.choose(unsure).depth <= 2
 
@@ -70,13 +71,13 @@ def test_predictor_is_not_used_when_depth_is_not_learnable():
     for s in samples:  # the same features for every root: nothing to learn
         s.features = torch.zeros(N_FEATURES)
     policy, record = train_policy(samples, tokens_per_iteration(samples, MAX_DEPTH), 1, cost)
-    assert policy is None and not record["used"] and "did not beat" in record["reason"]
+    assert policy is None and not record.used and "did not beat" in record.reason and record.n_features is None
 
 
 def test_policy_round_trips_through_its_record():
     samples = synthetic_samples(200)
     policy, record = train_policy(samples, tokens_per_iteration(samples, MAX_DEPTH), 1, cost)
-    again = DepthPolicy.from_record(policy.to_record(), policy.predictor.state_dict())
+    again = DepthPolicy.from_plan(AdaptivePlan.from_json(record.to_json()), policy.predictor.state_dict())
     features = torch.stack([s.features for s in samples])
     assert torch.equal(again.choose_index(features), policy.choose_index(features))
     assert again.shapes == policy.shapes and again.iteration_ms == policy.iteration_ms
@@ -91,14 +92,13 @@ def test_bundle_policy_loads_from_safetensors_and_a_corrupt_file_is_one_error(tm
     samples = synthetic_samples(200)
     policy, record = train_policy(samples, tokens_per_iteration(samples, MAX_DEPTH), 1, cost)
     save_file(policy.predictor.state_dict(), tmp_path / "predictor.safetensors")
-    plan = {"adaptive": {**record, **policy.to_record()}}
-    loaded = load_policy(tmp_path, plan)
+    loaded = load_policy(tmp_path, record)
     features = torch.stack([s.features for s in samples])
     assert torch.equal(loaded.choose_index(features), policy.choose_index(features))
-    assert load_policy(tmp_path, {"adaptive": {"used": False}}) is None and load_policy(tmp_path, {}) is None
+    assert load_policy(tmp_path, AdaptivePlan(False)) is None and load_policy(tmp_path, None) is None
     (tmp_path / "predictor.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(YggcError, match="its depth predictor does not load"):
-        load_policy(tmp_path, plan)
+        load_policy(tmp_path, record)
 
 
 def test_oracle_choice_is_the_brute_force_best_over_every_assignment():

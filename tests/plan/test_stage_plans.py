@@ -138,16 +138,18 @@ def test_plan_record_reports_the_executed_plan_and_what_overlap_would_buy():
     shape = TreeShape(2, 2, 3)
     profile = {**PROFILE, "core_groups": {"verifier_factor": 1.0, "drafter_factor": 1.0}}
     rec = plan_record(shape, profile)
-    assert (rec["variant"], rec["assignment"], rec["executable"]) == ("sequential", "shared", True)
-    assert rec["iteration_ms"] == pytest.approx(14.6)
-    assert [s["stage"] for s in rec["timeline"]] == ["head", "draft1", "prune", "verify", "accept", "compact"]
-    assert rec["timeline"][0]["start_ms"] == 0.0 and rec["timeline"][-1]["end_ms"] == pytest.approx(14.6)
-    best = rec["best_estimated"]
-    assert (best["variant"], best["assignment"], best["iteration_ms"]) == ("aot_head", "split", pytest.approx(14.1))
-    assert "ms_per_token" not in best  # no calibration: variants of one shape are ranked by time alone
+    run = rec.executed
+    assert (run.variant, run.assignment, run.executable, run.shape) == ("sequential", "shared", True, shape)
+    assert run.iteration_ms == pytest.approx(14.6)
+    assert [s.stage for s in rec.timeline] == ["head", "draft1", "prune", "verify", "accept", "compact"]
+    assert rec.timeline[0].start_ms == 0.0 and rec.timeline[-1].end_ms == pytest.approx(14.6)
+    best = rec.best_estimated
+    assert (best.variant, best.assignment, best.iteration_ms) == ("aot_head", "split", pytest.approx(14.1))
+    assert best.ms_per_token is None  # no calibration: variants of one shape are ranked by time alone
+    assert "ms_per_token" not in best.to_json() and "ms_per_token" not in rec.to_json()
     calibrated = plan_record(shape, profile, {shape: 2.0, TreeShape(1, 1, 1): 1.5})
-    assert calibrated["ms_per_token"] == pytest.approx(14.6 / 2.0)
-    assert len(calibrated["runners_up"]) == 8
+    assert calibrated.executed.ms_per_token == pytest.approx(14.6 / 2.0)
+    assert len(calibrated.runners_up) == 8
 
 
 def test_unknown_variant_is_refused():

@@ -29,7 +29,7 @@ from yggc.runtime import Runtime
 from yggc.runtime.cache_inputs import HeadBucket
 from yggc.runtime.cache_layout import causal_rows
 from yggc.runtime.constants_map import SUFFIX as CONSTANTS_SUFFIX
-from yggc.runtime.eagle3_decoder import Eagle3Decoder
+from yggc.runtime.drafters.eagle3_decoder import Eagle3Decoder
 from yggc.tree.sampling import SamplingParams
 
 pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)

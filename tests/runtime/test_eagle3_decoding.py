@@ -10,7 +10,7 @@ from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eag
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.eagle3_decoder import Eagle3Decoder
+from yggc.runtime.drafters.eagle3_decoder import Eagle3Decoder
 from yggc.tree.sampling import SamplingParams
 
 N_NEW = 40

@@ -174,9 +174,9 @@ def test_bundle_keeps_weights_in_the_packages_only(o2_bundle, pair_dirs):
 
 def test_one_package_per_model_weights_once_eager_phases(o2_bundle):
     rt = Runtime.load(o2_bundle)
-    files = {b["file"] for b in rt.manifest.buckets}
+    files = {b.file for b in rt.manifest.buckets}
     assert files == {"artifacts/verifier.pt2", "artifacts/drafter.pt2"}
-    assert {b["kind"] for b in rt.manifest.buckets} == {"forward"}  # no phase packages: no second weight copy
+    assert {b.kind for b in rt.manifest.buckets} == {"forward"}  # no phase packages: no second weight copy
     assert not rt.draft_runners and not rt.verify_runners
     assert rt.verifier.graph.embed.weight.is_meta  # the weights live in the packages only, not twice in memory
     wide = rt.compiled["verifier"].package_width + 1  # no package takes it and there are no eager weights

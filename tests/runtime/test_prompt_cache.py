@@ -42,7 +42,10 @@ def test_a_follow_up_turn_prefills_only_the_new_tokens_and_equals_a_cold_start(d
     assert dec.stats.n_cached == len(first) - 1  # the last prompt token runs again, for its logits
     assert decode(dec, follow_up, reuse=True) == cold
     held = len(first) + len(answer) - 1  # every token but the last one chosen has its K/V in the verifier
-    assert dec.stats.n_cached == held if kind == "ar" else len(first) <= dec.stats.n_cached <= held
+    if kind == "ar":
+        assert dec.stats.n_cached == held
+    else:  # a tree may have accepted tokens past the last one kept; where the new turn starts with them, they count
+        assert len(first) <= dec.stats.n_cached < len(follow_up)
     if kind != "ar":
         assert dec.stats.n_accept > 0
     diverging = follow_up[:11] + [follow_up[11] % (VOCAB - 1) + 1] + prompt_of(3, 9)  # token 11 differs

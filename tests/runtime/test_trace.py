@@ -1,6 +1,7 @@
 """StageTrace: per-iteration medians and the Chrome trace, on an eager decoder (no timing asserted)."""
 import torch
 
+from yggc.plan.bundle_plan import TimelineSlot
 from yggc.plan.shape import TreeShape
 from yggc.runtime import loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
@@ -31,6 +32,6 @@ def test_traced_decoding_is_unchanged_and_every_iteration_is_spanned():
     first = next(s for s in trace.spans if s.track == "decode")
     per_call = [s.name for s in trace.spans if s.track == "models" and first.start_s <= s.start_s <= first.end_s]
     assert per_call == ["drafter W=2", "drafter W=2", "drafter W=2", "verifier W=5"]
-    plan = [{"stage": "verify", "resource": "cores", "start_ms": 0.0, "end_ms": 1.0}]
+    plan = (TimelineSlot("verify", "cores", 0.0, 1.0),)
     events = trace.chrome_trace(plan)["traceEvents"]
     assert sum(e["name"] == "verify" and e["pid"] == 2 for e in events) == len(rows)

@@ -23,7 +23,7 @@ from ..errors import YggcError
 from ..plan.shape import TreeShape
 from ..runtime import loading
 from ..runtime.autoregressive import AutoregressiveDecoder
-from ..runtime.drafters import check_drafter, drafter_kind
+from ..runtime.drafters import check_drafter, kind_of_folder
 from ..tree.sampling import SamplingParams
 from .floor import physical_floor
 from .llama_cpp import llama_cpp_row, require_llama_cpp
@@ -98,6 +98,9 @@ class RowFactory:
         if name == "yggc-ar-compiled":
             rt = m.runtime
             return yggc_row(name, rt.decoder(speculative=False), "compiled buckets")
+        if name == "yggc-suffix":
+            dec = m.runtime.suffix_decoder()
+            return yggc_row(name, dec, f"compiled verifier, suffix drafts {shape_label(dec.shape)}")
         if name in ("yggc-chain", "yggc-tree-static"):
             shape = self.tuned(name)
             return yggc_row(name, m.spec_decoder(shape), f"eager {shape_label(shape)} (tuned)")
@@ -119,9 +122,9 @@ def skip_reason(name: str, cfg: BenchConfig) -> str | None:
         require_transformers()
     if name in DRAFTER_ROWS and cfg.drafter is None and not (name == "openvino-spec" and cfg.openvino_draft_ir):
         return "needs a drafter (-md)"
-    eagle3 = cfg.drafter is not None and drafter_kind(cfg.drafter) == "eagle3"
-    if eagle3 and name in ("hf-assisted", "openvino-spec"):
-        return "needs a standalone drafter (-md is an EAGLE-3 head)"
+    kind = kind_of_folder(cfg.drafter) if cfg.drafter is not None else None
+    if kind is not None and kind.head and name in ("hf-assisted", "openvino-spec"):
+        return f"needs a standalone drafter (-md is {kind.description})"
     if name == "llama.cpp-gguf" and cfg.gguf is None:
         return "needs a GGUF file (--gguf FILE, or -m MODEL.gguf)"
     if name in BUNDLE_ROWS and cfg.bundle is None:

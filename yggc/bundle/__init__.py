@@ -8,7 +8,9 @@ from .manifest import (
     FORMAT_VERSION,
     MANIFEST,
     MODELS,
+    BucketSpec,
     Manifest,
+    OptLevel,
     environment,
     load_manifest,
     read_manifest_json,
@@ -17,6 +19,6 @@ from .manifest import (
 )
 from .validate import check_environment, check_files, validate_bundle
 
-__all__ = ["ARTIFACTS", "FORMAT_VERSION", "MANIFEST", "MODELS", "Manifest", "check_environment", "check_files",
-           "dtype_name", "environment", "file_sha256", "isa_fingerprint", "load_manifest", "model_hashes",
-           "passes_hash", "read_manifest_json", "safe_relpath", "validate_bundle", "weights_in_bundle"]
+__all__ = ["ARTIFACTS", "FORMAT_VERSION", "MANIFEST", "MODELS", "BucketSpec", "Manifest", "OptLevel", "check_environment",
+           "check_files", "dtype_name", "environment", "file_sha256", "isa_fingerprint", "load_manifest",
+           "model_hashes", "passes_hash", "read_manifest_json", "safe_relpath", "validate_bundle", "weights_in_bundle"]

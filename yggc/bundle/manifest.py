@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import torch
 
 from .. import __version__
+from ..compat import StrEnum
 from ..errors import YggcError
 from .machine import DEVICES, device_kind, dtype_name, isa_fingerprint, passes_hash, require_device, weights_sha256
 
@@ -28,6 +29,35 @@ ARTIFACTS = "artifacts"
 MODELS = ("verifier", "drafter")
 RECOMPILE = "re-run `yggc compile` on this machine"
 DAMAGED = "the manifest was edited or damaged; re-run `yggc compile`"
+
+
+class OptLevel(StrEnum):
+    """`yggc compile --opt`, recorded as manifest.json's extra.opt (passes/lower.py's INDUCTOR_CONFIGS).
+    A StrEnum: equal to its plain string and written to JSON as it."""
+    O1 = "O1"  # a weightless package per width plus fused draft/verify phase packages
+    O2 = "O2"  # one package per model for every width, weights frozen in; eager phases around it
+
+
+@dataclass(frozen=True)
+class BucketSpec:
+    """One compiled program the manifest lists (passes/lower_buckets.py writes them; the runtime loads them)."""
+    name: str   # e.g. "verifier_w9", "draft_d3_w2", "verify_d3_w2_v5"
+    model: str  # "verifier" | "drafter"
+    kind: str   # "forward" (a model forward at one width) | "draft_phase" | "verify_phase" (O1's fused phases)
+    width: int  # W: rows per call (forward), or the tree's draft width (phases)
+    file: str | None = None  # its package, relative to the bundle
+    depth: int | None = None  # D of a phase
+    verify: int | None = None  # V of a verify phase
+    rank: int | None = None  # the tensor-parallel rank whose slice it is; None: shared by every rank
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's object for it: the fields that are set, in field order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> BucketSpec:
+        """A schema-checked bucket object (_is_bucket) -> the spec."""
+        return cls(**raw)
 
 
 @dataclass
@@ -42,22 +72,27 @@ class Manifest:
     isa: str = ""  # isa_fingerprint() of the machine the artifacts were compiled on
     models: dict[str, dict[str, str]] = field(default_factory=dict)  # name -> {"sha256": weights, "config": ...}
     max_seq: int = 0
-    buckets: list[dict[str, Any]] = field(default_factory=list)  # each {"name", ..., optional "file"}
+    buckets: list[BucketSpec] = field(default_factory=list)
     passes_hash: str = ""
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256, all but manifest.json
     created: str = ""  # ISO 8601, UTC
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "buckets": [b.to_json() for b in self.buckets]}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Manifest:
         """Strict: every field present with the right type, and the fields agree with each other."""
         _check_schema(raw)
-        manifest = cls(**raw)
+        manifest = cls(**{**raw, "buckets": [BucketSpec.from_json(b) for b in raw["buckets"]]})
         _check_consistency(manifest)
         return manifest
+
+    @property
+    def opt(self) -> OptLevel:
+        """The optimisation level the bundle was compiled at (extra.opt; O1 where a bundle does not record one)."""
+        return OptLevel(self.extra.get("opt", OptLevel.O1))
 
 
 def environment(device: str, dtype: str | torch.dtype) -> dict[str, Any]:
@@ -81,9 +116,22 @@ def _is_models(v: Any) -> bool:
         isinstance(e, dict) and set(e) == {"sha256", "config"} and all(map(_is_hex, e.values())) for e in v.values())
 
 
+BUCKET_FIELDS = {f.name: f.default for f in fields(BucketSpec)}  # name -> its default (MISSING: required)
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _is_bucket(b: Any) -> bool:
+    required = {k for k, d in BUCKET_FIELDS.items() if d is not None}
+    return (isinstance(b, dict) and required <= set(b) <= set(BUCKET_FIELDS)
+            and all(map(_is_str, (b["name"], b["model"], b["kind"], b.get("file", "-")))) and _is_int(b["width"])
+            and all(_is_int(b[k]) for k in ("depth", "verify", "rank") if k in b))
+
+
 def _is_buckets(v: Any) -> bool:
-    return isinstance(v, list) and all(
-        isinstance(b, dict) and _is_str(b.get("name")) and ("file" not in b or _is_str(b["file"])) for b in v)
+    return isinstance(v, list) and all(map(_is_bucket, v))
 
 
 def _is_files(v: Any) -> bool:
@@ -99,11 +147,13 @@ SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "isa": (_is_str, "an ISA fingerprint string"),
     "models": (_is_models, 'an object {"verifier"|"drafter": {"sha256": hex, "config": hex}}'),
     "max_seq": (lambda v: type(v) is int and v > 1, "an integer > 1"),
-    "buckets": (_is_buckets, 'a list of objects with a "name"'),
+    "buckets": (_is_buckets, 'a list of objects {"name", "model", "kind", "width", optional "file", "depth", '
+                             '"verify", "rank"}'),
     "passes_hash": (_is_hex, "a sha256 hex digest"),
     "files": (_is_files, "an object {relative path: sha256 hex digest}"),
     "created": (_is_str, "an ISO time string"),
-    "extra": (lambda v: isinstance(v, dict), "an object"),
+    "extra": (lambda v: isinstance(v, dict) and v.get("opt", OptLevel.O1) in tuple(OptLevel),
+              'an object (its "opt", where given, "O1" or "O2")'),
 }
 assert list(SCHEMA) == list(Manifest.__dataclass_fields__), "SCHEMA must list Manifest's fields in order"
 
@@ -143,8 +193,7 @@ def weights_in_bundle(m: Manifest, name: str) -> bool:
 
 
 def frozen_into_package(m: Manifest, name: str) -> bool:
-    return m.extra.get("opt") == "O2" and any(b.get("model") == name and b.get("kind") == "forward"
-                                              for b in m.buckets)
+    return m.opt == OptLevel.O2 and any(b.model == name and b.kind == "forward" for b in m.buckets)
 
 
 def _check_model_files(m: Manifest, name: str) -> None:
@@ -162,8 +211,8 @@ def _check_consistency(m: Manifest) -> None:
         if not safe_relpath(rel):
             raise YggcError(f"bundle manifest.json lists file {rel!r}, which is not a path inside the bundle; {DAMAGED}")
     for b in m.buckets:
-        if "file" in b and b["file"] not in m.files:
-            raise YggcError(f"bundle bucket {b['name']!r} names file {b['file']}, which manifest.json does not list; "
+        if b.file is not None and b.file not in m.files:
+            raise YggcError(f"bundle bucket {b.name!r} names file {b.file}, which manifest.json does not list; "
                             f"{DAMAGED}")
     for name in MODELS:
         _check_model_files(m, name)

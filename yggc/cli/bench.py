@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -15,11 +16,22 @@ DESCRIPTION = (
     "rows are asked for, on held-out prompts, all "
     "rows in one process, interleaved per prompt, warm-up excluded: TPOT median/p90, tokens/s, mean accepted "
     "length, speedups, peak RSS, verify step vs the memory-bandwidth floor, and whether every yggc row's "
-    "greedy tokens equal the verifier's own (exit 1 if not).")
+    "greedy tokens equal the verifier's own (exit 1 if not). --turns, --json-schema, --shapes, --ablation and "
+    "--sampling-rules measure one --bundle instead of the rows.")
 
 
 def _depths(text: str) -> list[int]:
     return [POSITIVE(t) for t in comma_list(text)]
+
+
+def _temperatures(text: str) -> list[float]:
+    try:
+        temps = [float(t) for t in comma_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected temperatures like 0.7,1.0, got {text!r}") from None
+    if not temps or min(temps) <= 0:
+        raise argparse.ArgumentTypeError(f"expected temperatures > 0 (the rules sample), got {text!r}")
+    return temps
 
 
 def add_bench_args(p: argparse.ArgumentParser) -> None:
@@ -32,7 +44,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", "--systems", dest="rows", type=comma_list, metavar="A,B",
                    help="rows to run (default all but the openvino and llama.cpp ones): hf-ar,hf-assisted,openvino,"
                         "openvino-spec,llama.cpp,llama.cpp-gguf,yggc-ar-eager,yggc-chain,yggc-tree-static,"
-                        "yggc-ar-compiled,yggc-full")
+                        "yggc-ar-compiled,yggc-suffix (the compiled verifier drafting from the text's own repeats),"
+                        "yggc-full")
     p.add_argument("--prompts", type=POSITIVE, help="measured prompts (default 4; --quick 2)")
     p.add_argument("-n", "--n-predict", dest="n", type=POSITIVE, help="new tokens per prompt (default 128; --quick 32)")
     p.add_argument("--repeats", type=POSITIVE, help="runs per prompt and row (default 3; --quick 1)")
@@ -77,6 +90,26 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json-schema", type=Path, metavar="FILE",
                    help="instead of the rows: TPOT of --bundle's answers under this JSON schema beside free answers "
                         "(-n tokens at most each) to 50 requests for a JSON record, or --prompts-file's")
+    p.add_argument("--shapes", type=comma_list, metavar="DxWxV,...",
+                   help="instead of the rows: these tree shapes forced through --bundle's compiled packages beside "
+                        "its plan and its compiled AR, greedy, interleaved per prompt after a warm-up round: mean "
+                        "accepted length, TPOT and whether each row equals the first (exit 1 if not)")
+    p.add_argument("--host-bubble", action="store_true",
+                   help="with --shapes: trace the tree rows and add each one's median host bubble per iteration "
+                        "(time outside the compiled model calls)")
+    p.add_argument("--ablation", action="store_true",
+                   help="instead of the rows: one component at a time on a --bundle compiled with --calib: AR, the "
+                        "best tree without pruning, with verify pruning, with the depth predictor (if kept); TPOT, "
+                        "accepted length, measured and estimated iteration, host bubble; then its stage plan")
+    p.add_argument("--sampling-rules", type=comma_list, metavar="RULE:DxWxV,...",
+                   help="instead of the rows: tokens per verify call and TPOT of each T > 0 rule (chain, point-mass, "
+                        "rrs, rrs-q or traversal) at that shape through --bundle at every --temps, -n tokens, "
+                        "--repeats seeds per prompt, beside its AR and its greedy and sampling plans")
+    p.add_argument("--temps", type=_temperatures, default=[0.7, 1.0], metavar="T,T",
+                   help="with --sampling-rules: temperatures (default 0.7,1.0)")
+    p.add_argument("--exact", action="store_true",
+                   help="with --sampling-rules: also price every verified draft exactly under each rule that fits it "
+                        "(expected tokens per call on the same drafts; TPOT then includes the pricing)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the raw samples and settings here")
     p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
 
@@ -159,7 +192,7 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.temp < 0:
         raise YggcError(f"--temp must be >= 0, got {args.temp}")
     set_threads(args.threads or (1 if args.quick else None), "yggc bench")  # --quick checks tokens, not times
-    if args.turns or args.json_schema:
+    if any(getattr(args, m) for m in BUNDLE_MODES):
         return bundle_mode_command(args)
     report = run_benchmark(make_config(args))
     print(report.text)
@@ -168,29 +201,90 @@ def bench_command(args: argparse.Namespace) -> int:
     return 1 if report.failures else 0
 
 
+BUNDLE_MODES = ("turns", "json_schema", "shapes", "ablation", "sampling_rules")
+
+
 def bundle_mode_command(args: argparse.Namespace) -> int:
-    """--turns or --json-schema: one measurement of --bundle per prompt, printed as a table."""
+    """--turns, --json-schema, --shapes, --ablation or --sampling-rules: one measurement of --bundle, printed as a
+    table; exit 1 where a greedy row's tokens differ from the first row's."""
     from ..bench.prompt_sets import load_prompt_texts
-    from ..bench.structured import json_requests, schema_table, schema_tpot
-    from ..bench.turns import second_turn, turns_table
+    from ..bench.sampling_rules import parse_runs
+    from ..bench.suite import parse_shape
     from ..errors import YggcError
     from ..runtime import Runtime
 
-    flag = "--turns" if args.turns else "--json-schema"
+    modes = [m for m in BUNDLE_MODES if getattr(args, m)]
+    flags = ["--" + m.replace("_", "-") for m in modes]
+    if len(modes) > 1:
+        raise YggcError(f"{' and '.join(flags)} are separate measurements; run one at a time")
     if args.bundle is None:
-        raise YggcError(f"{flag} measures a bundle; pass --bundle BUNDLE")
+        raise YggcError(f"{flags[0]} measures a bundle; pass --bundle BUNDLE")
     if args.json_schema is not None and not args.json_schema.is_file():
         raise YggcError(f"--json-schema {args.json_schema} is not a file")
+    shapes = [parse_shape(s) for s in args.shapes or ()]  # a bad one is refused before the bundle loads
+    runs = parse_runs(",".join(args.sampling_rules)) if args.sampling_rules else []
+    import torch
+
     rt = Runtime.load(args.bundle)
     n_new, repeats = args.n or FULL["n"], args.repeats or FULL["repeats"]
+    if args.json_schema and not args.prompts_file:
+        from ..bench.structured import json_requests
+
+        texts = json_requests()
+    else:
+        texts = load_prompt_texts(args.prompts_file)[0]
+    texts = texts[:args.prompts or (len(texts) if args.json_schema else FULL["prompts"])]
+    print(f"{args.bundle}: dtype {rt.manifest.dtype}, {len(texts)} prompts x {n_new} tokens x {repeats} repeats, "
+          f"{torch.get_num_threads()} threads")
+    if args.json_schema:
+        from ..bench.structured import schema_table, schema_tpot
+
+        print(schema_table(schema_tpot(rt, texts, args.json_schema.read_text(), n_new, repeats)))
+        return 0
     if args.turns:
-        texts = load_prompt_texts(args.prompts_file)[0][:args.prompts or FULL["prompts"]]
+        from ..bench.turns import second_turn, turns_table
+
         print(turns_table([second_turn(rt, text, n_new, repeats, args.turn_tokens) for text in texts]))
         return 0
-    texts = load_prompt_texts(args.prompts_file)[0] if args.prompts_file else json_requests()
-    texts = texts[:args.prompts or len(texts)]
-    print(schema_table(schema_tpot(rt, texts, args.json_schema.read_text(), n_new, repeats)))
-    return 0
+    if runs:
+        from ..bench.sampling_rules import compare_rules, rules_table
+
+        results = compare_rules(rt, runs, texts, n_new, args.temps, repeats, args.exact)
+        print(rules_table(results))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+        return 0
+    return shapes_mode(args, rt, shapes, [rt.encode(t) for t in texts], n_new, repeats)
+
+
+def shapes_mode(args: argparse.Namespace, rt, shapes: list, prompts: list[list[int]], n_new: int, repeats: int) -> int:
+    """--shapes or --ablation: greedy rows of one bundle, interleaved (yggc.bench.side_by_side)."""
+    from ..bench.side_by_side import decode_rows, shape_decoders, shapes_table
+
+    if shapes:
+        rows = decode_rows(shape_decoders(rt, shapes), prompts, n_new, repeats, trace=args.host_bubble)
+        print(shapes_table(rows, bubble=args.host_bubble))
+    else:
+        from ..bench.ablation import ablation_decoders, ablation_table, unpruned_shape
+        from ..plan.bundle_plan import read_plan
+        from ..plan.stages import StageCosts
+        from .inspect import print_adaptive, print_schedule, read_bundle_json
+
+        plan, profile = read_plan(args.bundle), read_bundle_json(args.bundle, "profile.json")
+        decoders = ablation_decoders(rt, unpruned_shape(plan))
+        rows = decode_rows({k: dec for k, (dec, _) in decoders.items()}, prompts, n_new, repeats, trace=True)
+        stages = StageCosts.from_profile(profile) if profile.get("models") else None
+        print(ablation_table(rows, {k: shape for k, (_, shape) in decoders.items()}, stages))
+        if plan.adaptive:
+            print_adaptive(plan.adaptive)
+        if plan.schedule:
+            print_schedule(plan.schedule, plan.measured)
+    if args.json:
+        args.json.write_text(json.dumps({k: vars(r) for k, r in rows.items()}, indent=2))
+    unequal = [name for name, r in rows.items() if not r.equal]
+    for name in unequal:
+        print(f"yggc bench: FAIL: {name} differs from the first row's greedy tokens", file=sys.stderr)
+    return 1 if unequal else 0
 
 
 def main(argv: list[str] | None = None) -> int:

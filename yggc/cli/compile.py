@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..bundle.manifest import OptLevel
 from ..errors import YggcError
 from ..runtime import loading
 from ..runtime.device import resolve_device
@@ -33,7 +34,7 @@ def _log(msg: str) -> None:
 
 # CPU: O2's frozen C++ GEMMs keep small-W steps at the memory floor and rows batch-invariant. CUDA: O1 (buckets
 # captured as CUDA graphs per width); O2 there is not measured yet.
-DEFAULT_OPT = {"cpu": "O2", "cuda": "O1"}
+DEFAULT_OPT = {"cpu": OptLevel.O2, "cuda": OptLevel.O1}
 
 
 def compile_command(args: argparse.Namespace) -> int:
@@ -52,7 +53,7 @@ def compile_command(args: argparse.Namespace) -> int:
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
                      None if calib else tree_shape(args), loading.parse_dtype(args.dtype),
                      loading.context_length(verifier_dir, args.max_seq), args.device, args.overwrite,
-                     opt=args.opt or ("O1" if world > 1 else DEFAULT_OPT[args.device]), calib=calib,
+                     opt=args.opt or (OptLevel.O1 if world > 1 else DEFAULT_OPT[args.device]), calib=calib,
                      backend=args.backend, tp=world)
     warn_if_busy()
     compile_bundle(job, log=_log)
@@ -61,7 +62,7 @@ def compile_command(args: argparse.Namespace) -> int:
 
 def tp_degree(args: argparse.Namespace, calib, drafter_dir: Path) -> int:
     """--tp (or torchrun's world size), and what a tensor-parallel compile cannot do yet, each in one line."""
-    from ..runtime.drafters import drafter_kind
+    from ..runtime.drafters import kind_of_folder
 
     world = tp_world(args)
     if world == 1:
@@ -69,11 +70,12 @@ def tp_degree(args: argparse.Namespace, calib, drafter_dir: Path) -> int:
     if calib is not None:
         raise YggcError("a tensor-parallel compile takes a fixed tree (calibration under --tp is not built); "
                         "pass --depth and --width instead of --calib")
-    if args.opt == "O2" or args.backend != "inductor":
+    if args.opt == OptLevel.O2 or args.backend != "inductor":
         raise YggcError("tensor-parallel bundles are built at --opt O1 with the inductor backend; drop --opt O2 / "
                         "--backend tensorrt")
-    if drafter_kind(drafter_dir) != "llama":
-        raise YggcError("tensor-parallel bundles need a standalone drafter; an EAGLE-3 head is not supported yet")
+    kind = kind_of_folder(drafter_dir)
+    if not kind.tensor_parallel:
+        raise YggcError(f"tensor-parallel bundles need a standalone drafter; {kind.description} is not supported yet")
     return world
 
 
@@ -82,7 +84,7 @@ def check_target(args: argparse.Namespace) -> None:
     if args.backend == "tensorrt" and args.device != "cuda":
         raise YggcError("--backend tensorrt builds TensorRT engines for NVIDIA GPUs; add --device cuda "
                         "or use --backend inductor")
-    if args.backend == "tensorrt" and args.opt == "O2":
+    if args.backend == "tensorrt" and args.opt == OptLevel.O2:
         raise YggcError("--backend tensorrt lowers one engine per width; use it with --opt O1 (the cuda default)")
     resolve_device(args.device)
     if args.backend == "tensorrt":

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from ..bundle import load_manifest
 from ..errors import YggcError
+from ..plan.bundle_plan import AdaptivePlan, BundlePlan, MeasuredSpeedup, StageEstimate, StagePlan, read_plan
 from ..plan.cost_model import CostCurve
+from ..plan.shape import TreeShape
 
 
 def read_bundle_json(root: Path, name: str) -> dict:
@@ -22,7 +24,7 @@ def profile_command(args: argparse.Namespace) -> int:
     if not profile:
         raise YggcError(f"{args.bundle} has no profile.json; re-run `yggc compile`")
     print_profile(profile)
-    print_speedups(read_bundle_json(Path(args.bundle), "plan.json"))
+    print_speedups(read_plan(args.bundle))
     if args.plot:
         from .profile_plot import plot_profile
 
@@ -68,101 +70,114 @@ def print_profile(profile: dict) -> None:
         print(f"  host {stage}: {ms:.4f} ms")
 
 
-def print_speedups(plan: dict) -> None:
+def print_speedups(plan: BundlePlan) -> None:
     """The objective's predicted speedup beside the ones measured from the compiled phases and from decoding."""
-    predicted, measured, decoded = plan.get("objective"), plan.get("measured"), plan.get("decoded")
+    predicted, measured, decoded = plan.objective, plan.measured, plan.decoded
     if predicted and measured:
-        print(f"  speedup over the verifier alone: predicted {predicted['speedup']:.2f}x (cost model and calibrated "
-              f"acceptance), measured {measured['speedup']:.2f}x (compiled phases)"
-              + (f", {decoded['speedup']:.2f}x (decoding calibration text)" if decoded else ""))
+        print(f"  speedup over the verifier alone: predicted {predicted.speedup:.2f}x (cost model and calibrated "
+              f"acceptance), measured {measured.speedup:.2f}x (compiled phases)"
+              + (f", {decoded.speedup:.2f}x (decoding calibration text)" if decoded else ""))
 
 
-def print_adaptive(record: dict) -> None:
+def shape_label(s: TreeShape) -> str:
+    """D=3 W=2 V=5"""
+    return f"D={s.depth} W={s.width} V={s.verify}"
+
+
+def print_adaptive(record: AdaptivePlan) -> None:
     """The depth predictor's candidate shapes and whether it beat the best constant shape."""
-    if "shapes" in record:
-        shapes = ", ".join(f"D={d} W={w} V={v}" for d, w, v in record["shapes"])
-        print(f"  depth predictor: {'used' if record['used'] else 'not used'}, one shape per depth: {shapes}")
-    held = record.get("held_out_tokens_per_ms")
+    if record.shapes is not None:
+        shapes = ", ".join(map(shape_label, record.shapes))
+        print(f"  depth predictor: {'used' if record.used else 'not used'}, one shape per depth: {shapes}")
+    held = record.held_out_tokens_per_ms
     if held:
-        print(f"    held-out trees: {held['adaptive']:.4f} tokens/ms choosing per iteration, "
-              f"{held['best_constant']:.4f} with the best constant shape"
-              + (f", {held['oracle']:.4f} choosing with each tree's yield known" if "oracle" in held else ""))
-    if not record["used"]:
-        print(f"    {record.get('reason', '')}")
+        print(f"    held-out trees: {held.adaptive:.4f} tokens/ms choosing per iteration, "
+              f"{held.best_constant:.4f} with the best constant shape"
+              + (f", {held.oracle:.4f} choosing with each tree's yield known" if held.oracle is not None else ""))
+    if not record.used:
+        print(f"    {record.reason or ''}")
 
 
-def plan_warnings(profile: dict, plan: dict) -> list[str]:
+def plan_warnings(profile: dict, plan: BundlePlan | None) -> list[str]:
     """Why the plan may not suit this machine: a profile taken while other programs ran, an estimate the decode
     check did not confirm."""
     from ..passes.contention import contention_line
 
     out = [contention_line(profile["contention"])] if profile.get("contention") else []
-    return out + ([plan["estimate_off"]] if plan.get("estimate_off") else [])
+    return out + ([plan.estimate_off] if plan and plan.estimate_off else [])
 
 
-def print_plan(plan: dict) -> None:
-    print(f"  plan: depth {plan.get('depth')}, width {plan.get('width')}, verify {plan.get('verify')} "
-          f"({plan.get('source', 'unknown source')})")
-    best = plan.get("objective")
+def print_plan(plan: BundlePlan) -> None:
+    s = plan.shape
+    print(f"  plan: depth {s.depth}, width {s.width}, verify {s.verify} ({plan.source})")
+    best = plan.objective
     if best:
-        print(f"  objective: {best['tokens_per_iter']:.2f} tokens/iteration, {best['iteration_ms']:.3f} ms/iteration, "
-              f"estimated {best['speedup']:.2f}x over the verifier alone")
-        for c in plan.get("candidates", [])[1:5]:
-            print(f"    next: D={c['depth']} W={c['width']} V={c['verify']}: {c['tokens_per_iter']:.2f} tokens/iteration, "
-                  f"estimated {c['speedup']:.2f}x")
-    adaptive = plan.get("adaptive")
-    if adaptive:
-        print_adaptive(adaptive)
-    measured, decoded = plan.get("measured"), plan.get("decoded")
-    verdict = "speculation on" if plan.get("speculate", True) else "speculation OFF: plain decoding is faster"
+        print(f"  objective: {best.tokens_per_iter:.2f} tokens/iteration, {best.iteration_ms:.3f} ms/iteration, "
+              f"estimated {best.speedup:.2f}x over the verifier alone")
+        for c in plan.candidates[1:5]:
+            print(f"    next: {shape_label(c.shape)}: {c.tokens_per_iter:.2f} tokens/iteration, "
+                  f"estimated {c.speedup:.2f}x")
+    if plan.adaptive:
+        print_adaptive(plan.adaptive)
+    measured, decoded = plan.measured, plan.decoded
+    verdict = "speculation on" if plan.speculate else "speculation OFF: plain decoding is faster"
     if measured:
-        print(f"  measured: {measured['iteration_ms']:.3f} ms/iteration against a {measured['verifier_step_ms']:.3f} ms "
-              f"verifier step = {measured['speedup']:.2f}x" + ("" if decoded else f" ({verdict})"))
+        print(f"  measured: {measured.iteration_ms:.3f} ms/iteration against a {measured.verifier_step_ms:.3f} ms "
+              f"verifier step = {measured.speedup:.2f}x" + ("" if decoded else f" ({verdict})"))
     if decoded:
-        print(f"  decoded calibration text: {decoded['tree_tpot_ms']:.3f} ms/token against {decoded['ar_tpot_ms']:.3f} "
-              f"for the verifier alone = {decoded['speedup']:.2f}x ({verdict})")
-    sampling = plan.get("sampling")
+        print(f"  decoded calibration text: {decoded.tree_tpot_ms:.3f} ms/token against {decoded.ar_tpot_ms:.3f} "
+              f"for the verifier alone = {decoded.speedup:.2f}x ({verdict})")
+    sampling = plan.sampling
     if sampling:
-        best = sampling["objective"]
-        verdict = "speculation on" if sampling["speculate"] else "speculation OFF"
-        decoded = sampling.get("decoded")
-        measured = f", decoded {decoded['speedup']:.2f}x" if decoded else ""
-        print(f"  sampling plan (T={sampling['temperature']:g}, used by requests at T > 0): D={best['depth']} "
-              f"W={best['width']} V={best['verify']}, {best['tokens_per_iter']:.2f} expected tokens/iteration, "
-              f"estimated {best['speedup']:.2f}x{measured} ({verdict})")
+        best = sampling.objective
+        verdict = "speculation on" if sampling.speculate else "speculation OFF"
+        checked = f", decoded {sampling.decoded.speedup:.2f}x" if sampling.decoded else ""
+        print(f"  sampling plan (T={sampling.temperature:g}, used by requests at T > 0): {shape_label(sampling.shape)}, "
+              f"{best.tokens_per_iter:.2f} expected tokens/iteration, estimated {best.speedup:.2f}x{checked} ({verdict})")
 
 
-def plan_label(p: dict) -> str:
-    text = f"{p['variant']} on {p['assignment']} cores, D={p['depth']} W={p['width']} V={p['verify']}: "
-    text += f"{p['iteration_ms']:.3f} ms/iteration"
-    if "ms_per_token" in p:
-        text += f", {p['ms_per_token']:.3f} ms/token"
-    return text + ("" if p["executable"] else " (estimate only: the runtime does not run this plan yet)")
+def plan_label(p: StageEstimate) -> str:
+    text = f"{p.variant} on {p.assignment} cores, {shape_label(p.shape)}: {p.iteration_ms:.3f} ms/iteration"
+    if p.ms_per_token is not None:
+        text += f", {p.ms_per_token:.3f} ms/token"
+    return text + ("" if p.executable else " (estimate only: the runtime does not run this plan yet)")
 
 
-def print_schedule(schedule: dict, measured: dict | None) -> None:
+def print_schedule(schedule: StagePlan, measured: MeasuredSpeedup | None) -> None:
     """The stage plan: what runs, its list-scheduled timeline, and the best estimate over all plans."""
-    print(f"  stage plan: {plan_label(schedule)}")
+    print(f"  stage plan: {plan_label(schedule.executed)}")
     if measured:
-        ratio = schedule["iteration_ms"] / measured["iteration_ms"]
+        ratio = schedule.executed.iteration_ms / measured.iteration_ms
         print(f"    estimate / measured draft+verify phases = {ratio:.2f}")
-    for s in schedule["timeline"]:
-        print(f"    {s['start_ms']:8.3f} -> {s['end_ms']:8.3f} ms  {s['resource']:<7} {s['stage']}")
-    best = schedule["best_estimated"]
-    if plan_label(best) != plan_label(schedule):
-        print(f"  best estimated plan: {plan_label(best)}")
+    for s in schedule.timeline:
+        print(f"    {s.start_ms:8.3f} -> {s.end_ms:8.3f} ms  {s.resource:<7} {s.stage}")
+    if plan_label(schedule.best_estimated) != plan_label(schedule.executed):
+        print(f"  best estimated plan: {plan_label(schedule.best_estimated)}")
+
+
+def load_time_command(args: argparse.Namespace) -> int:
+    from ..bench.load_time import load_time, load_time_lines
+    from .run import set_threads
+
+    set_threads(args.threads, "yggc inspect")
+    result = load_time(Path(args.bundle))
+    lines = [f"bundle {args.bundle}:", *load_time_lines(result)]
+    print(json.dumps(result, indent=1) if args.json else "\n".join(lines))
+    return 0
 
 
 def inspect_command(args: argparse.Namespace) -> int:
     manifest = load_manifest(args.bundle)
+    if args.load_time:
+        return load_time_command(args)
     root = Path(args.bundle)
-    profile, plan = read_bundle_json(root, "profile.json"), read_bundle_json(root, "plan.json")
+    profile, plan = read_bundle_json(root, "profile.json"), read_plan(root)
     if args.json:
-        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile, "plan": plan}, indent=2))
+        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile, "plan": plan.to_json()}, indent=2))
         return 0
     m = manifest
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
-    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.extra.get('opt', 'O1')}, max_seq {m.max_seq}, "
+    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.opt}, max_seq {m.max_seq}, "
           f"created {m.created}")
     drafter = m.extra.get("drafter", {"kind": "llama"})
     if drafter["kind"] == "eagle3":
@@ -170,20 +185,20 @@ def inspect_command(args: argparse.Namespace) -> int:
     print_plan(plan)
     for warning in plan_warnings(profile, plan):
         print(f"  warning: {warning}")
-    if "schedule" in plan:
-        print_schedule(plan["schedule"], plan.get("measured"))
+    if plan.schedule:
+        print_schedule(plan.schedule, plan.measured)
         if args.plot:
             from .profile_plot import plot_timeline
 
-            print(f"wrote {plot_timeline(plan['schedule'], Path(args.plot))}", file=sys.stderr)
+            print(f"wrote {plot_timeline(plan.schedule, Path(args.plot))}", file=sys.stderr)
     elif args.plot:
         raise YggcError(f"{root} has no stage plan to plot; re-compile it with this yggc")
     print("  buckets:")
     bucket_ms = {name: m.get("bucket_ms", {}) for name, m in profile.get("models", {}).items()}
     phase_ms = profile.get("phase_ms", {})
     for b in m.buckets:
-        ms = (bucket_ms.get(b["model"], {}).get(str(b["width"])) if b["kind"] == "forward"
-              else phase_ms.get(b["kind"].split("_")[0]))
-        print(f"    {b['name']:<20} {b['kind']:<13} {ms:9.3f} ms" if ms is not None else f"    {b['name']}")
+        ms = (bucket_ms.get(b.model, {}).get(str(b.width)) if b.kind == "forward"
+              else phase_ms.get(b.kind.split("_")[0]))
+        print(f"    {b.name:<20} {b.kind:<13} {ms:9.3f} ms" if ms is not None else f"    {b.name}")
     print_profile(profile)
     return 0

@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from .. import __version__
+from ..bundle.manifest import OptLevel
 from ..errors import USER_ERRORS
+from ..tree.rules import ChainRule, TreeRule
 from .arg_types import token_ids, whole_number
 from .bench import add_bench_parser
 from .noise import silence_third_party_noise
@@ -69,9 +71,9 @@ def add_tree_args(p: argparse.ArgumentParser) -> None:
                    help="draft width W (new nodes per draft step; 1 = chain; default 2, the bundle's plan, or "
                         "chosen by --calib)")
     p.add_argument("--verify", type=NON_NEGATIVE, default=None, help="verify nodes V (default D*W)")
-    p.add_argument("--chain-rule", choices=["block", "token"], default="block",
+    p.add_argument("--chain-rule", choices=[r.value for r in ChainRule], default=ChainRule.BLOCK.value,
                    help="verification rule for chains (W=1) when sampling (default block)")
-    p.add_argument("--tree-rule", choices=["rrs", "traversal", "point-mass"], default="rrs",
+    p.add_argument("--tree-rule", choices=[r.value for r in TreeRule], default=TreeRule.RRS.value,
                    help="rule for trees (W>1) when sampling: rrs and traversal grow the tree from drafter "
                         "samples and verify it by recursive rejection sampling or by traversal verification "
                         "(leaves first, whole paths); point-mass verifies the greedy-grown tree (default rrs)")
@@ -105,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fuzzy-span", choices=["inner", "all"], default="inner",
                      help="with --draft-parallel fuzzy: layers that may join a set; inner leaves out the first and "
                           "last (EasySpec's choice; default)")
+    run.add_argument("--suffix", action="store_true",
+                     help="draft from the text's own repeats instead of a drafter: the continuations of the longest "
+                          "suffix of prompt and output that occurred before (no drafter runs; -m alone or BUNDLE). "
+                          "--depth: tokens per branch (default 6), --width: branches (2), --verify: nodes (8)")
     run.add_argument("--static", action="store_true",
                      help="with BUNDLE: draft the plan's one tree shape every iteration (no depth predictor)")
     run.add_argument("--trace", metavar="OUT.json",
@@ -134,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="split the verifier over this many local processes (tensor parallel): each compiles its "
                            "slice, collectives inside the graph; the bundle then runs on exactly as many ranks "
                            "(fixed --depth/--width, --opt O1; torchrun --nproc-per-node N -m yggc compile ... too)")
-    comp.add_argument("--opt", choices=["O1", "O2"],
+    comp.add_argument("--opt", choices=[o.value for o in OptLevel],
                       help="O2 (default on cpu): one package per model serving every width, weights frozen in and "
                            "packed for Inductor's C++ GEMMs, batch-invariant rows, eager tree phases around it. "
                            "O1 (default on cuda): a weightless package per width plus fused draft/verify phases")
@@ -160,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
     insp.add_argument("--plot", metavar="OUT.png",
                       help="also draw the stage plan's timeline (a Gantt chart of one steady-state iteration)")
+    insp.add_argument("--load-time", action="store_true",
+                      help="instead: load the bundle and decode one 64-token chat answer in this process: size on "
+                           "disk against the weights, process start to imported, Runtime.load, load to first token, "
+                           "RSS after import and load and at its peak (one bundle per process; --json: as JSON)")
+    insp.add_argument("--threads", "-t", type=POSITIVE, help="with --load-time: torch threads (default: torch's)")
     prof = sub.add_parser("profile", help="show a bundle's measured stage latencies and cost curves")
     prof.add_argument("bundle", help="a bundle written by `yggc compile`")
     prof.add_argument("--plot", metavar="OUT.png", help="also draw the measured points and fitted curves")

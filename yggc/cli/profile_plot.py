@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import YggcError
+from ..plan.bundle_plan import StagePlan
 from ..plan.cost_model import CostCurve
 
 
@@ -19,22 +20,22 @@ def pyplot():
     return plt
 
 
-def plot_timeline(schedule: dict, out: Path) -> Path:
+def plot_timeline(schedule: StagePlan, out: Path) -> Path:
     """One bar per stage on its resource's row, coloured by stage kind."""
     plt = pyplot()
-    slots = schedule["timeline"]
-    resources = sorted({s["resource"] for s in slots})
-    kinds = sorted({s["stage"].rstrip("0123456789") for s in slots})
+    slots, executed = schedule.timeline, schedule.executed
+    resources = sorted({s.resource for s in slots})
+    kinds = sorted({s.stage.rstrip("0123456789") for s in slots})
     colors = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(kinds)}
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(resources)))
     for s in slots:
-        row, kind = resources.index(s["resource"]), s["stage"].rstrip("0123456789")
-        ax.barh(row, s["end_ms"] - s["start_ms"], left=s["start_ms"], color=colors[kind], edgecolor="black")
-        ax.text((s["start_ms"] + s["end_ms"]) / 2, row, s["stage"], ha="center", va="center", fontsize=7)
+        row, kind = resources.index(s.resource), s.stage.rstrip("0123456789")
+        ax.barh(row, s.end_ms - s.start_ms, left=s.start_ms, color=colors[kind], edgecolor="black")
+        ax.text((s.start_ms + s.end_ms) / 2, row, s.stage, ha="center", va="center", fontsize=7)
     ax.set_yticks(range(len(resources)), resources)
     ax.set_xlabel("ms from the iteration's first stage")
-    ax.set_title(f"yggc stage plan: {schedule['variant']} on {schedule['assignment']} cores, "
-                 f"{schedule['iteration_ms']:.2f} ms/iteration (list-scheduled estimate)")
+    ax.set_title(f"yggc stage plan: {executed.variant} on {executed.assignment} cores, "
+                 f"{executed.iteration_ms:.2f} ms/iteration (list-scheduled estimate)")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -4,10 +4,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import astuple
 from pathlib import Path
 
 from ..errors import YggcError
+from ..plan.bundle_plan import TimelineSlot, read_plan
 from ..plan.shape import TreeShape
 from ..runtime import drafters, loading
 from ..runtime.autoregressive import AutoregressiveDecoder
@@ -59,7 +59,8 @@ def eager_decoder(args: argparse.Namespace):
     return verifier, dec
 
 
-def bundle_decoder(args: argparse.Namespace):
+def bundle_runtime(args: argparse.Namespace):
+    """The bundle's Runtime, once the flags a bundle fixes are checked."""
     from ..runtime.runtime import Runtime
 
     if args.draft_parallel != "sequential":
@@ -68,7 +69,11 @@ def bundle_decoder(args: argparse.Namespace):
     if args.model or args.model_draft or args.max_seq or args.dtype != "float32":
         raise YggcError("a bundle fixes its models, dtype and --max-seq; drop -m/-md/--dtype/--max-seq "
                         "or re-run `yggc compile` with them")
-    rt = Runtime.load(args.bundle)
+    return Runtime.load(args.bundle)
+
+
+def bundle_decoder(args: argparse.Namespace):
+    rt = bundle_runtime(args)
     forced = bool(args.depth or args.width or args.verify)
     speculative = False if args.no_spec else (True if forced else None)
     verdict = rt.sampling_plan[1] if args.temp > 0 and rt.sampling_plan else rt.speculate
@@ -77,6 +82,21 @@ def bundle_decoder(args: argparse.Namespace):
               "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)
     return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule,
                                      args.tree_rule, adaptive=not args.static, sampling=args.temp > 0)
+
+
+def suffix_decoder(args: argparse.Namespace):
+    """--suffix: the verifier (the bundle's compiled one, or -m eagerly) drafting from its own text."""
+    from ..runtime.suffix_decoder import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
+
+    if args.model_draft or args.no_spec or args.draft_parallel != "sequential" or args.tp > 1:
+        raise YggcError("--suffix drafts from the text, with no drafter, on one process; drop -md, --no-spec, "
+                        "--draft-parallel and --tp")
+    shape = tree_shape(args, SUFFIX_SHAPE)
+    if args.bundle:
+        rt = bundle_runtime(args)
+        return rt.verifier, rt.suffix_decoder(shape)
+    verifier, _ = load_models(args)
+    return verifier, SuffixDecoder(verifier.graph, SuffixDrafter(), verifier.layout, shape)
 
 
 def prompt_ids_of(args: argparse.Namespace, verifier: loading.LoadedModel) -> list[int]:
@@ -104,16 +124,13 @@ def set_threads(threads: int | None, prog: str = "yggc") -> None:
         print(f"{prog}: warning: {warning} (try --threads 1)", file=sys.stderr)
 
 
-def planned_timeline(args: argparse.Namespace, decoder) -> tuple[list[dict] | None, float | None]:
+def planned_timeline(args: argparse.Namespace, decoder) -> tuple[tuple[TimelineSlot, ...] | None, float | None]:
     """The bundle's estimated stage plan (timeline, ms per iteration), if it has one for the shape that
     ran every iteration (not for a forced shape, nor for shapes a depth predictor picked)."""
-    plan = json.loads((Path(args.bundle) / "plan.json").read_text()) if args.bundle else {}
-    schedule = plan.get("schedule")
-    if not schedule or decoder.policy is not None:
+    schedule = read_plan(args.bundle).schedule if args.bundle else None
+    if schedule is None or decoder.policy is not None or schedule.executed.shape != decoder.shape:
         return None, None
-    if (schedule["depth"], schedule["width"], schedule["verify"]) != astuple(decoder.shape):
-        return None, None
-    return schedule["timeline"], schedule["iteration_ms"]
+    return schedule.timeline, schedule.executed.iteration_ms
 
 
 def write_trace(args: argparse.Namespace, trace, decoder) -> str:
@@ -166,7 +183,8 @@ def run_command(args: argparse.Namespace) -> int:
         return launch_ranks(world, run_command, args)
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed, args.min_p)
     set_threads(args.threads)
-    verifier, decoder = bundle_decoder(args) if args.bundle else eager_decoder(args)
+    verifier, decoder = (suffix_decoder(args) if args.suffix else bundle_decoder(args) if args.bundle
+                         else eager_decoder(args))
     if args.trace and not Path(args.trace).parent.is_dir():
         raise YggcError(f"--trace {args.trace}: the folder {Path(args.trace).parent} does not exist")
     if args.trace and not hasattr(decoder, "enable_trace"):

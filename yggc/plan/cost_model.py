@@ -14,7 +14,7 @@
 - tiles: GEMM kernels work on blocks of rows (16 for AMX tiles, 4 for the AVX2 bf16 kernel), so one row
   past a block boundary costs a whole block of compute: tile_ms * (ceil(t / row_tile) - 1), a step MoESD's
   smooth model does not have (measured: 6.4 -> 8.5 ms from 16 to 17 rows on a 124 MB dense verifier,
-  tools/bench_moe_cost.py; 18.9 -> 27.4 ms from 4 to 5 rows on SmolLM2 bf16 on AVX2).
+  docs/benchmarks/moe.md; 18.9 -> 27.4 ms from 4 to 5 rows on SmolLM2 bf16 on AVX2).
 
 A dense model has no expert terms (E = 0): T(t) = t0 + slope * G(t), the roofline curve yggc always used.
 With E = K every expert is always active and serves every row, and the model is that dense curve again

@@ -12,11 +12,12 @@ that depth). The policy picks the depth whose predicted tokens per estimated mil
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
 
+from .bundle_plan import AdaptivePlan
 from .shape import TreeShape
 
 TOP_K = 8
@@ -65,17 +66,17 @@ class DepthPolicy:
         """features [F] of one root -> the shape to draft this iteration."""
         return self.shapes[int(self.choose_index(features[None])[0])]
 
-    def to_record(self) -> dict:
-        return {"shapes": [[s.depth, s.width, s.verify] for s in self.shapes],
-                "iteration_ms": [round(t, 4) for t in self.iteration_ms], "n_features": self.predictor.mean.shape[0],
-                "hidden": self.predictor.heads.in_features}
+    def recorded_in(self, plan: AdaptivePlan) -> AdaptivePlan:
+        """plan with what from_plan rebuilds this policy from (beside its weights, the predictor's state dict)."""
+        return replace(plan, shapes=self.shapes, iteration_ms=tuple(round(t, 4) for t in self.iteration_ms),
+                       n_features=self.predictor.mean.shape[0], hidden=self.predictor.heads.in_features)
 
     @classmethod
-    def from_record(cls, record: dict, state: dict[str, torch.Tensor]) -> DepthPolicy:
-        shapes = tuple(TreeShape(*s) for s in record["shapes"])
-        predictor = DepthPredictor(len(shapes), record["n_features"], record["hidden"])
+    def from_plan(cls, plan: AdaptivePlan, state: dict[str, torch.Tensor]) -> DepthPolicy:
+        """The policy a plan records (recorded_in), with its predictor's weights."""
+        predictor = DepthPredictor(len(plan.shapes), plan.n_features, plan.hidden)
         predictor.load_state_dict(state)
-        return cls(predictor.eval(), shapes, tuple(record["iteration_ms"]))
+        return cls(predictor.eval(), plan.shapes, plan.iteration_ms)
 
 
 def shape_per_depth(tokens_per_iter: dict[TreeShape, float], iteration_ms) -> dict[int, TreeShape]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .bundle_plan import ShapeEstimate
 from .shape import TreeShape
 from .stages import StageCosts
 
@@ -26,10 +27,10 @@ class ShapeScore:
     def ms_per_token(self) -> float:
         return self.iteration_ms / self.tokens_per_iter
 
-    def to_dict(self) -> dict:
-        return {"depth": self.shape.depth, "width": self.shape.width, "verify": self.shape.verify,
-                "tokens_per_iter": round(self.tokens_per_iter, 4), "iteration_ms": round(self.iteration_ms, 4),
-                "ms_per_token": round(self.ms_per_token, 4), "speedup": round(self.speedup, 4)}
+    def to_estimate(self) -> ShapeEstimate:
+        """This score as plan.json records it (rounded to 4 decimals)."""
+        return ShapeEstimate(self.shape, round(self.tokens_per_iter, 4), round(self.iteration_ms, 4),
+                             round(self.ms_per_token, 4), round(self.speedup, 4))
 
 
 def score(shape: TreeShape, tokens_per_iter: float, costs: StageCosts | SamplingCosts) -> ShapeScore:

@@ -49,7 +49,7 @@ SHARED = Assignment("shared", {role: "cores" for role in ROLES})
 
 def split_assignment(verifier_factor: float, drafter_factor: float) -> Assignment:
     """Verifier (and host glue) on one core group, the drafter on the other; the factors are the
-    measured slowdowns of each model on its group while the other works (tools/bench_core_groups.py)."""
+    measured slowdowns of each model on its group while the other works (docs/benchmarks/host-costs.md)."""
     return Assignment("split", {"verifier": "group0", "host": "group0", "drafter": "group1"},
                       {"verifier": verifier_factor, "host": verifier_factor, "drafter": drafter_factor})
 

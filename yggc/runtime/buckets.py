@@ -9,15 +9,15 @@ writes the one cache the model owns.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from ..errors import YggcError
-from ..graphs.eagle3 import Eagle3Graph
 from ..tree import host
 from .aoti_package import load_package
-from .cache_inputs import CacheInputBucket, HeadBucket
+from .cache_inputs import CacheInputBucket
 from .cache_layout import VIEW_ALIGN
 from .cuda_graphs import CudaGraphRunner
 from .trace import NoTrace
@@ -65,15 +65,16 @@ def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGra
 
 
 def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor",
-                        fed: tuple[torch.Tensor, ...] = ()):
-    """The package at `path` bound to `graph`'s weights or caches (O2: and to the `fed` tensors it takes last)."""
+                        fed: tuple[torch.Tensor, ...] = (), bind: Callable[..., CacheInputBucket] = CacheInputBucket):
+    """The package at `path` bound to `graph`'s weights or caches (O2: and to the `fed` tensors it takes last, by
+    bind(runner, graph, fed): the drafter kind's package_bucket, e.g. an EAGLE-3 head's HeadBucket)."""
     if backend == "tensorrt":
         from .tensorrt_buckets import load_tensorrt_bucket  # imports torch_tensorrt: only when asked for
 
         return load_tensorrt_bucket(path, graph)
     if opt == "O2":  # weights frozen in, caches as inputs: nothing to bind
         runner = load_package(path, next(graph.buffers()).is_cuda)
-        return HeadBucket(runner, graph) if isinstance(graph, Eagle3Graph) else CacheInputBucket(runner, graph, fed)
+        return bind(runner, graph, fed)
     return load_bucket(path, graph)
 
 
@@ -82,13 +83,14 @@ class CompiledModel:
 
     features=True: its packages were lowered from the graph's forward_features (an O2 verifier paired with
     an EAGLE-3 head) and return (logits, features); the forward keeps the logits, forward_features both.
-    fed: tensors its O2 packages take after the caches (drafters.package_inputs)."""
+    fed: tensors its O2 packages take after the caches; bind: how an O2 package is bound (load_forward_bucket).
+    drafters.compiled_model sets features, fed and bind from the drafter's kind."""
 
     def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
                  backend: str = "inductor", package_width: int = 0, features: bool = False,
-                 fed: tuple[torch.Tensor, ...] = ()):
+                 fed: tuple[torch.Tensor, ...] = (), bind: Callable[..., CacheInputBucket] = CacheInputBucket):
         self.graph, self.cfg, self.opt, self.backend, self.features = graph, graph.cfg, opt, backend, features
-        self.fed = fed
+        self.fed, self.bind = fed, bind
         self.runners: dict[int, object] = {}  # the bundle's buckets: width -> runner
         self.packages: dict[Path, object] = {}  # loaded once, whatever number of widths they serve
         self.package_width = package_width  # O2: the one package also takes any other width up to this
@@ -101,7 +103,8 @@ class CompiledModel:
         is loaded once."""
         for w, path in sorted(packages.items()):
             if path not in self.packages:
-                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend, self.fed)
+                self.packages[path] = load_forward_bucket(path, self.graph, self.opt, self.backend, self.fed,
+                                                          self.bind)
             run = self.packages[path]
             if self.package_width:
                 self.any_width = run

@@ -14,6 +14,7 @@ from ..errors import YggcError
 from ..graphs.fuzzy import FuzzyDrafter, fuzzy_groups
 from ..graphs.llama import LlamaGraph
 from ..plan.shape import TreeShape
+from ..tree.rules import ChainRule, TreeRule
 from ..tree.token_tree import tree_mask
 from .cache_layout import CacheLayout
 from .draft_phase import DraftPhase, align_vocab
@@ -26,7 +27,7 @@ class FuzzyDecoder(SpeculativeDecoder):
     layers at once); the accepted tokens' drafter K/V are recomputed exactly after each verification."""
 
     def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, fuzzy: FuzzyDrafter,
-                 chain_rule: str = "block", tree_rule: str = "rrs"):
+                 chain_rule: ChainRule = ChainRule.BLOCK, tree_rule: TreeRule = TreeRule.RRS):
         self.fuzzy = fuzzy  # the make_draft_phase below reads it
         super().__init__(verifier, drafter, layout, shape, chain_rule, tree_rule=tree_rule)
 

@@ -10,7 +10,6 @@ stream resumed after a newer request on the same thread raises StreamInterrupted
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -19,10 +18,12 @@ from pathlib import Path
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from ..bundle import Manifest, validate_bundle
+from ..bundle import Manifest, OptLevel, validate_bundle
 from ..errors import YggcError
+from ..plan.bundle_plan import AdaptivePlan, read_plan
 from ..plan.depth_predictor import DepthPolicy
 from ..plan.shape import TreeShape
+from ..tree.rules import ChainRule, TreeRule
 from ..tree.sampled_egt import RANK_ACCEPTANCE
 from ..tree.sampling import SamplingParams
 from . import drafters, loading
@@ -34,6 +35,7 @@ from .device import resolve_device
 from .logprobs import TokenLogprob
 from .request_lock import RequestLock
 from .stats import DecodeStats
+from .suffix_decoder import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 from .tp_processes import check_world, rank_world, verifier_loader
 
 
@@ -46,14 +48,14 @@ class Generation:
     logprobs: list[TokenLogprob] | None = None  # one per token, where the request asked for them
 
 
-def load_policy(path: Path, plan: dict) -> DepthPolicy | None:
-    """The depth predictor plan.json says the bundle uses (weights: predictor.safetensors), else None."""
-    record = plan.get("adaptive", {})
-    if not record.get("used"):
+def load_policy(path: Path, adaptive: AdaptivePlan | None) -> DepthPolicy | None:
+    """The depth predictor plan.json's "adaptive" record says the bundle uses (weights: predictor.safetensors),
+    else None."""
+    if adaptive is None or not adaptive.used:
         return None
     try:
-        return DepthPolicy.from_record(record, load_file(path / "predictor.safetensors"))
-    except (OSError, KeyError, RuntimeError, SafetensorError) as e:
+        return DepthPolicy.from_plan(adaptive, load_file(path / "predictor.safetensors"))
+    except (OSError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
         raise YggcError(f"{path}: its depth predictor does not load ({e}); re-run `yggc compile`") from None
 
 
@@ -89,53 +91,52 @@ class Runtime:
         check_world(path, tp)
         dtype = loading.parse_dtype(manifest.dtype)
         device = str(resolve_device(manifest.device))
-        frozen = manifest.extra.get("opt") == "O2"  # the packages carry the weights: load the caches only
+        frozen = manifest.opt == OptLevel.O2  # the packages carry the weights: load the caches only
         # tp > 1: this rank's slice (joining the process group), for its own verifier packages
         verifier = verifier_loader(tp)(path / "verifier", dtype, manifest.max_seq, device, weights=not frozen)
         drafter = drafters.load_drafter(path / "drafter", verifier, dtype, device, weights=not frozen)
+        kind = drafters.kind_of(drafter)
         recorded = manifest.extra.get("drafter", {"kind": "llama"})
-        if recorded != drafters.drafter_record(drafter.graph):
+        if recorded != kind.record(drafter.graph):
             raise YggcError(f"{path}: manifest.json records drafter {recorded}, its drafter/ folder holds "
-                            f"{drafters.drafter_record(drafter.graph)}; re-run `yggc compile`")
-        drafters.fuse_in_verifier(verifier, drafter, manifest.extra.get("opt", "O1"))
+                            f"{kind.record(drafter.graph)}; re-run `yggc compile`")
+        kind.fuse_in_verifier(verifier, drafter, manifest.opt)
         loaded = {"verifier": verifier, "drafter": drafter}
         return cls._load_buckets(path, manifest, loaded)
 
     @classmethod
     def _load_buckets(cls, path: Path, manifest: Manifest, loaded: dict[str, loading.LoadedModel]) -> Runtime:
-        compiled, opt, backend = {}, manifest.extra.get("opt", "O1"), manifest.extra.get("backend", "inductor")
+        compiled, opt, backend = {}, manifest.opt, manifest.extra.get("backend", "inductor")
         rank = rank_world()[0]
-        buckets = [b for b in manifest.buckets if b.get("rank", rank) == rank]  # a TP rank's, and the shared ones
+        buckets = [b for b in manifest.buckets if b.rank in (None, rank)]  # a TP rank's, and the shared ones
         drafter = loaded["drafter"].graph
         for name, model in loaded.items():
-            files = {b["width"]: path / b["file"] for b in buckets if b["model"] == name and b["kind"] == "forward"}
-            compiled[name] = CompiledModel(model.graph, files, opt, backend, manifest.extra.get("package_width", 0),
-                                           drafters.features_package(name, opt, drafter),
-                                           drafters.package_inputs(name, drafter))
-        plan = json.loads((path / "plan.json").read_text())
-        shape = TreeShape.from_args(plan["depth"], plan["width"], plan["verify"])
-        rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, shape, plan.get("speculate", True))
-        rt.policy = load_policy(path, plan)
-        sampling = plan.get("sampling")
-        if sampling:
-            rt.sampling_plan = (TreeShape.from_args(sampling["depth"], sampling["width"], sampling["verify"]),
-                                sampling["speculate"])
-            rt.rank_rates = tuple(sampling.get("rank_acceptance") or RANK_ACCEPTANCE)
+            files = {b.width: path / b.file for b in buckets if b.model == name and b.kind == "forward"}
+            compiled[name] = drafters.compiled_model(name, model.graph, files, drafter, opt, backend,
+                                                     manifest.extra.get("package_width", 0))
+        plan = read_plan(path)
+        rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, plan.shape, plan.speculate)
+        rt.policy = load_policy(path, plan.adaptive)
+        if plan.sampling is not None:
+            rt.sampling_plan = (plan.sampling.shape, plan.sampling.speculate)
+            rt.rank_rates = plan.sampling.rank_acceptance or RANK_ACCEPTANCE
         v, d = loaded["verifier"].graph, loaded["drafter"].graph
+        kind = drafters.kind_of(d)
         for b in buckets:
-            shape = TreeShape(b.get("depth", 1), b.get("width", 1), b.get("verify", 1))
-            if b["kind"] == "draft_phase":
-                phase = drafters.draft_phase(d, shape, v.cfg.vocab_size, manifest.max_seq)
-                rt.draft_runners[(b["depth"], b["width"])] = load_bucket(path / b["file"], phase)
-            if b["kind"] == "verify_phase":
-                phase = drafters.verify_phase(v, d, shape)
-                rt.verify_runners[(b["depth"], b["width"], b["verify"])] = load_bucket(path / b["file"], phase)
+            if b.kind == "draft_phase":  # drafting reads D and W only
+                phase = kind.draft_phase(d, TreeShape(b.depth, b.width, 1), v.cfg.vocab_size, manifest.max_seq)
+                rt.draft_runners[(b.depth, b.width)] = load_bucket(path / b.file, phase)
+            if b.kind == "verify_phase":
+                phase = kind.verify_phase(v, TreeShape(b.depth, b.width, b.verify))
+                rt.verify_runners[(b.depth, b.width, b.verify)] = load_bucket(path / b.file, phase)
         return rt
 
-    def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None, chain_rule: str = "block",
-                tree_rule: str = "rrs", adaptive: bool = True, sampling: bool = False):
+    def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None,
+                chain_rule: ChainRule = ChainRule.BLOCK, tree_rule: TreeRule = TreeRule.RRS, adaptive: bool = True,
+                sampling: bool = False):
         """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict. At T > 0,
-        chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs", "traversal" or "point-mass").
+        chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs", "traversal" or "point-mass";
+        yggc/tree/rules.py: the members or their strings).
         Greedy decoding picks each iteration's shape with the bundle's depth predictor unless a shape is
         given or adaptive=False. sampling=True (a T > 0 request) takes the plan calibrated at a temperature,
         where the bundle has one."""
@@ -153,6 +154,11 @@ class Runtime:
                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
         dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
         return dec
+
+    def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SuffixDecoder:
+        """Drafts from the text's own repeats (runtime/suffix_decoder.py), verified by the bundle's compiled
+        verifier; the drafter does not run. `shape`: tokens per branch, branches, nodes verified at most."""
+        return SuffixDecoder(self.compiled["verifier"], SuffixDrafter(), self.verifier.layout, shape)
 
     def encode(self, prompt: str | list[int] | None = None, messages: list[dict[str, str]] | None = None) -> list[int]:
         """Token ids of a text prompt, of token ids as given, or of chat `messages` through the chat template."""

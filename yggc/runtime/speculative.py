@@ -22,6 +22,7 @@ from ..tree.block_verification import verify_chain_block, verify_chain_tokenwise
 from ..tree.egt import egt_frontier, egt_init, egt_step, egt_tree
 from ..tree.prune import prune_topk
 from ..tree.recursive_rejection import verify_tree_rrs
+from ..tree.rules import ChainRule, TreeRule, sampling_rules
 from ..tree.sampled_egt import RANK_ACCEPTANCE, race_keys, sampled_egt_root_step, sampled_egt_step
 from ..tree.sampling import SamplingParams, next_token, sample_index, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
@@ -38,8 +39,8 @@ from .stats import DecodeStats
 from .trace import NoTrace, StageTrace
 from .verify_phase import GreedyVerifyPhase
 
-# rules for a tree grown from drafter samples (T > 0, W > 1); "point-mass" verifies the greedy-grown tree instead
-SAMPLED_TREE_RULES = {"rrs": verify_tree_rrs, "traversal": verify_tree_traversal}
+# rules for a tree grown from drafter samples (T > 0, W > 1); point-mass verifies the greedy-grown tree instead
+SAMPLED_TREE_RULES = {TreeRule.RRS: verify_tree_rrs, TreeRule.TRAVERSAL: verify_tree_traversal}
 
 
 @dataclass
@@ -58,11 +59,10 @@ class SpeculativeDecoder:
     for trees) is committed and its K/V compacted. Greedy output equals AutoregressiveDecoder's token for token.
     The phases are the bundle's compiled ones where given (O1), else the same modules run eagerly."""
 
-    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
-                 draft_phase=None, verify_phase=None, tree_rule: str = "rrs", policy=None):
-        if chain_rule not in ("block", "token") or tree_rule not in (*SAMPLED_TREE_RULES, "point-mass"):
-            raise YggcError(f"unknown sampling rule (chain {chain_rule!r}, tree {tree_rule!r}): chains take block or "
-                            f"token, trees {', '.join(SAMPLED_TREE_RULES)} or point-mass")
+    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape,
+                 chain_rule: ChainRule = ChainRule.BLOCK, draft_phase=None, verify_phase=None,
+                 tree_rule: TreeRule = TreeRule.RRS, policy=None):
+        chain_rule, tree_rule = sampling_rules(chain_rule, tree_rule)
         self.verifier, self.drafter, self.layout = verifier, drafter, layout
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
         self.phases: dict[TreeShape, tuple] = {}  # shape -> (draft module, draft runner, verify runner, its module)
@@ -74,8 +74,8 @@ class SpeculativeDecoder:
         self.policy = policy
         self.bonus_logits: torch.Tensor | None = None  # [vocab] the verifier's logits that chose the current root
         self.views: dict[int, torch.Tensor] = {}  # view length -> arange(view), built once
-        self.chain_rule = verify_chain_block if chain_rule == "block" else verify_chain_tokenwise
-        self.tree_rule = tree_rule  # T > 0, W > 1: a SAMPLED_TREE_RULES key, or "point-mass" (greedy-grown tree)
+        self.chain_rule = verify_chain_block if chain_rule == ChainRule.BLOCK else verify_chain_tokenwise
+        self.tree_rule = tree_rule  # T > 0, W > 1: a SAMPLED_TREE_RULES key, or point-mass (greedy-grown tree)
         self.on_sampled_verify = None  # (draft, kept ids, verifier probs [V+1, vocab]) -> None: calibration's hook
         self.verifier_alone = AutoregressiveDecoder(verifier, layout)  # for the last tokens a tree cannot fit
         self.top_logprobs: int | None = None  # set: each chunk's tokens get their log-probabilities (logprobs.py)
@@ -110,7 +110,7 @@ class SpeculativeDecoder:
     head_width = HEAD_WIDTH  # rows of a head step: the root and at most one accepted leaf
     rank_rates: tuple[float, ...] | None = RANK_ACCEPTANCE  # a sampled tree's price of an i-th draw (sampled_egt.py)
 
-    # -- what a drafter kind overrides (yggc.runtime.eagle3_decoder is the other kind) ------------------
+    # -- what a drafter kind overrides (yggc.runtime.drafters.eagle3_decoder is the other kind) ------------------
     def make_draft_phase(self) -> torch.nn.Module:
         return DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash)
 
@@ -246,7 +246,7 @@ class SpeculativeDecoder:
         """The draft pruned to V nodes and scored by the verifier -> (kept ids [V+1], their subtree, the
         verifier's logits on it [V+1, vocab]); writes the verifier's K/V at slots n.. only."""
         ranked = draft.tree if self.constraint is None else self.constraint.ranked(draft.tree)
-        kept = prune_topk(ranked, self.shape.verify)
+        kept = prune_topk(ranked, min(self.shape.verify, ranked.n_nodes - 1))  # a suffix draft may hold fewer
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         sub_anc = draft.anc[kept][:, kept]  # kept holds every kept node's ancestors: the subtree's own mask
@@ -269,7 +269,7 @@ class SpeculativeDecoder:
         elif draft.q_rows is not None:
             # pruned to a chain (its first draws: the pruning never looks at the tokens drawn), a tree is verified
             # as one: traversal verification, which on a chain is block verification, where RRS is token by token
-            rule = SAMPLED_TREE_RULES["traversal" if sub.is_chain() else self.tree_rule]
+            rule = SAMPLED_TREE_RULES[TreeRule.TRAVERSAL if sub.is_chain() else self.tree_rule]
             path, token = rule(sub.tokens, sub.parents, probs, draft.q_rows[kept], gen)
         else:
             path, token = verify_tree_sampling(sub.tokens, sub.parents, probs, gen, sub.cum_logp)
@@ -351,7 +351,7 @@ class SpeculativeDecoder:
         """T > 0: a sampled chain (W = 1), a sampled tree (rrs, traversal) or the greedy-grown tree (point-mass)."""
         if self.shape.width == 1:
             return self.draft_chain_sampled(pending, n, params, gen)
-        if self.tree_rule in SAMPLED_TREE_RULES:
+        if self.tree_rule.sampled:
             return self.draft_tree_sampled(pending, n, params, gen)
         return self.draft_tree(pending, n)
 

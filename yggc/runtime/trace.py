@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
+from ..plan.bundle_plan import TimelineSlot
+
 
 @dataclass(frozen=True)
 class Span:
@@ -86,7 +88,7 @@ class StageTrace:
             return {}
         return {"iterations": len(rows), **{k: round(statistics.median(r[k] for r in rows), 4) for k in rows[0]}}
 
-    def chrome_trace(self, plan_timeline: list[dict] | None = None) -> dict:
+    def chrome_trace(self, plan_timeline: tuple[TimelineSlot, ...] | None = None) -> dict:
         """Chrome trace JSON (chrome://tracing, Perfetto); the plan's estimated stages are drawn from
         the start of every measured iteration."""
         t0 = min((s.start_s for s in self.spans), default=0.0)
@@ -96,11 +98,11 @@ class StageTrace:
         events += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": track}}
                    for track, tid in tids.items()]
         if plan_timeline:
-            tracks = sorted({p["resource"] for p in plan_timeline})
+            tracks = sorted({p.resource for p in plan_timeline})
             for it in (s for s in self.spans if s.track == "decode"):
-                events += [{"name": p["stage"], "ph": "X", "pid": 2, "tid": tracks.index(p["resource"]) + 1,
-                            "ts": 1e6 * (it.start_s - t0) + 1e3 * p["start_ms"],
-                            "dur": 1e3 * (p["end_ms"] - p["start_ms"]), "args": {"iteration": it.iteration}}
+                events += [{"name": p.stage, "ph": "X", "pid": 2, "tid": tracks.index(p.resource) + 1,
+                            "ts": 1e6 * (it.start_s - t0) + 1e3 * p.start_ms,
+                            "dur": 1e3 * (p.end_ms - p.start_ms), "args": {"iteration": it.iteration}}
                            for p in plan_timeline]
             events.append({"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "plan estimate"}})
             events.append({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "measured"}})

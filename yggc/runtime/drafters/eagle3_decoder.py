@@ -13,13 +13,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..tree.egt import egt_from_root, egt_frontier, egt_step
-from ..tree.token_tree import tree_mask
-from . import prompt_cache
-from .autoregressive import PREFILL_CHUNK
-from .cache_layout import CacheLayout, causal_rows
-from .speculative import Draft, SpeculativeDecoder
-from .verify_phase import GreedyVerifyPhase
+from ...tree.egt import egt_from_root, egt_frontier, egt_step
+from ...tree.token_tree import tree_mask
+from .. import prompt_cache
+from ..autoregressive import PREFILL_CHUNK
+from ..cache_layout import CacheLayout, causal_rows
+from ..speculative import Draft, SpeculativeDecoder
+from ..verify_phase import GreedyVerifyPhase
 
 
 class Eagle3DraftPhase(nn.Module):
@@ -28,7 +28,7 @@ class Eagle3DraftPhase(nn.Module):
     def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None, fuse=None):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
-        # defaults: what an O1 bundle compiles (drafters.draft_phase), the head's graph and its own fc; a decoder
+        # defaults: what an O1 bundle compiles (Eagle3Kind.draft_phase), the head's graph and its own fc; a decoder
         # passes its O2 package as `step` and Eagle3Decoder.fuse (nothing where the verifier's package ran fc)
         self.__dict__["step"] = head if step is None else step
         self.__dict__["fuse"] = head.fuse if fuse is None else fuse
@@ -111,7 +111,7 @@ class Eagle3Decoder(SpeculativeDecoder):
         self.head = getattr(drafter, "graph", drafter)  # fuse, fc and the eagle config live on the graph
         verifier_graph = getattr(verifier, "graph", verifier)
         verifier_graph.feature_layers = self.head.eagle.feature_layers
-        self.fused = getattr(verifier_graph, "feature_fc", None) is not None  # drafters.fuse_in_verifier
+        self.fused = getattr(verifier_graph, "feature_fc", None) is not None  # Eagle3Kind.fuse_in_verifier
         self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
         self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
         self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features

@@ -1,0 +1,133 @@
+"""Drafter kinds as plug-ins: what a drafter kind provides (DrafterKind), which kind a folder or a graph is, and
+the pair-level entry points built on them (the pair check, loading, the decoder, compiled models).
+
+One file per kind: `standalone_kind` (a small LM with the verifier's tokenizer: graphs.LlamaGraph,
+SpeculativeDecoder) and `eagle3_kind` (an EAGLE-3 head that drafts from the verifier's features:
+graphs.eagle3.Eagle3Graph, Eagle3Decoder in `eagle3_decoder`). Only those files test which kind something is;
+everything else asks `kind_of` / `kind_of_folder` and calls the kind. A new drafter is a new file here and one
+more entry in KINDS.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from ...plan.shape import TreeShape
+from ..buckets import CompiledModel
+from ..cache_inputs import CacheInputBucket
+from ..cache_layout import CacheLayout
+from ..loading import LoadedModel, load
+from ..speculative import SpeculativeDecoder
+from .eagle3_kind import Eagle3Kind
+from .standalone_kind import StandaloneKind
+
+# how a loaded O2 package (its runner) is bound to its model: (runner, graph, fed) -> the callable bucket
+PackageBinder = Callable[[object, nn.Module, tuple[torch.Tensor, ...]], CacheInputBucket]
+
+
+class DrafterKind(Protocol):
+    """What one kind of drafter provides, at load, at decode and at compile. `drafter` arguments take the graph or
+    anything around it with a `.graph` (a LoadedModel, a CompiledModel)."""
+
+    name: str  # what a bundle's manifest records as the drafter's kind ("llama", "eagle3")
+    description: str  # the kind in a message ("a standalone drafter", "an EAGLE-3 head")
+    decoder: type[SpeculativeDecoder]  # the tree decoder of a pair with this drafter
+    # drafts from the verifier's features rather than being a whole LM: it has no forward buckets at O1 (it runs
+    # inside the draft phase), its O2 package is lowered from forward_embedded, its steps are timed fed zero features,
+    # and an O2 bundle keeps its feature fusion and the verifier's embedding beside the packages
+    head: bool
+    tensor_parallel: bool  # a tensor-parallel compile can pair it with the verifier's slices
+
+    def claims_folder(self, path: str | Path) -> bool:
+        """Whether the checkpoint folder `path` holds a drafter of this kind."""
+
+    def claims(self, graph: nn.Module) -> bool:
+        """Whether the loaded graph is a drafter of this kind."""
+
+    def check_pair(self, verifier_dir: str | Path, drafter_dir: str | Path) -> None:
+        """The pair check before any weights are read; raises YggcError with the fix."""
+
+    def check_target(self, drafter_dir: str | Path, device: str, backend: str) -> None:
+        """Raises YggcError where a bundle with this drafter cannot be compiled for (device, backend)."""
+
+    def load(self, drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
+             weights: bool = True) -> LoadedModel:
+        """The drafter with the verifier's cache layout (weights=False: see loading.load)."""
+
+    def features_package(self, name: str, opt: str) -> bool:
+        """Whether model `name`'s packages return (logits, features) in a pairing with this drafter."""
+
+    def fuse_in_verifier(self, verifier, drafter, opt: str) -> None:
+        """Whatever the verifier's package must run of the drafter's (set on the verifier's graph before lowering
+        and at load)."""
+
+    def package_inputs(self, name: str, drafter) -> tuple[torch.Tensor, ...]:
+        """What model `name`'s O2 package takes after its caches."""
+
+    def package_bucket(self, name: str) -> PackageBinder:
+        """How model `name`'s loaded O2 package is bound to its graph (buckets.load_forward_bucket's `bind`)."""
+
+    def draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int, trash: int) -> nn.Module:
+        """The fused draft phase module at `shape` (what an O1 bundle compiles)."""
+
+    def verify_phase(self, verifier_graph: nn.Module, shape: TreeShape) -> nn.Module:
+        """The fused greedy verify phase module at `shape` (what an O1 bundle compiles)."""
+
+    def record(self, drafter_graph: nn.Module) -> dict:
+        """What a bundle manifest records of its drafter, checked again at load."""
+
+
+# asked in turn: the first kind that claims a folder or a graph is its kind; the standalone kind claims any
+KINDS: tuple[DrafterKind, ...] = (Eagle3Kind(), StandaloneKind())
+
+
+def kind_of(drafter) -> DrafterKind:
+    """The kind of a drafter (its graph, or a LoadedModel / CompiledModel around it)."""
+    graph = getattr(drafter, "graph", drafter)
+    return next(kind for kind in KINDS if kind.claims(graph))
+
+
+def kind_of_folder(drafter_dir: str | Path) -> DrafterKind:
+    """The kind of drafter a checkpoint folder holds (read from its config.json, no weights)."""
+    return next(kind for kind in KINDS if kind.claims_folder(drafter_dir))
+
+
+def check_drafter(verifier_dir: str | Path, drafter_dir: str | Path) -> None:
+    """The pair check before any weights are read: same tokenizer, or an EAGLE-3 head made for this verifier."""
+    kind_of_folder(drafter_dir).check_pair(verifier_dir, drafter_dir)
+
+
+def load_drafter(drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
+                 weights: bool = True) -> LoadedModel:
+    """The drafter of `drafter_dir` with the verifier's cache layout, loaded by its kind."""
+    return kind_of_folder(drafter_dir).load(drafter_dir, verifier, dtype, device, weights)
+
+
+def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dtype,
+              max_seq: int, load_verifier=load) -> tuple[LoadedModel, LoadedModel]:
+    """The checked pair; load_verifier(dir, dtype, max_seq) may load a tensor-parallel rank's slice instead."""
+    check_drafter(verifier_dir, drafter_dir)
+    verifier = load_verifier(verifier_dir, dtype, max_seq)
+    return verifier, load_drafter(drafter_dir, verifier, dtype)
+
+
+def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
+                        tree_rule: str = "rrs", draft_phase=None, verify_phase=None,
+                        policy=None) -> SpeculativeDecoder:
+    """The decoder for the drafter's kind (verifier and drafter: graphs or compiled models around them);
+    `policy` (a DepthPolicy) picks each greedy iteration's shape."""
+    decoder = kind_of(drafter).decoder
+    return decoder(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule, policy)
+
+
+def compiled_model(name: str, graph: nn.Module, packages: dict[int, Path], drafter, opt: str = "O1",
+                   backend: str = "inductor", package_width: int = 0) -> CompiledModel:
+    """Model `name` ("verifier" or "drafter") of a pairing with `drafter` behind its packages; whether they return
+    features, what they take after the caches and how an O2 package is bound are the drafter kind's."""
+    kind = kind_of(drafter)
+    return CompiledModel(graph, packages, opt, backend, package_width, kind.features_package(name, opt),
+                         kind.package_inputs(name, drafter), kind.package_bucket(name))

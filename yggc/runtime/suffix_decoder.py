@@ -1,0 +1,112 @@
+"""Suffix drafting: the text's own repeats as the drafts (`yggc run --suffix`, no drafter model).
+
+Each iteration the drafts are the continuations of the longest suffix of the text so far (prompt and output)
+that also ends earlier in it (yggc/tree/suffix_match.py): up to `width` branches, one per distinct next
+token, each up to `depth` tokens, at most `verify` nodes in all. The verifier scores the tree in one call and
+the usual rules accept from it: greedy argmax, or at T > 0 the multi-draft rule for point-mass drafts
+(verification.verify_tree_sampling), exact for any fixed tree. A text that does not repeat drafts nothing,
+and the iteration is one verifier step.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..plan.shape import TreeShape
+from ..tree.sampling import SamplingParams
+from ..tree.suffix_match import MatchRates, SuffixIndex
+from ..tree.token_tree import TokenTree
+from . import prompt_cache
+from .autoregressive import PREFILL_CHUNK
+from .cache_layout import CacheLayout, prefill
+from .speculative import Draft, SpeculativeDecoder
+
+GREEDY = SamplingParams()
+SUFFIX_SHAPE = TreeShape(6, 2, 8)  # tokens per branch, branches, nodes verified at most (yggc run --suffix)
+
+
+class SuffixDrafter:
+    """The drafter's state: the index of the text so far and the measured acceptance per match length."""
+
+    def __init__(self, min_n: int = 2, max_n: int = 8):
+        self.min_n, self.max_n = min_n, max_n
+        self.index = SuffixIndex(min_n, max_n)
+        self.rates = MatchRates()
+
+    def restart(self, tokens: list[int]) -> None:
+        self.index = SuffixIndex(self.min_n, self.max_n)
+        self.index.extend(tokens)
+
+
+class SuffixDecoder(SpeculativeDecoder):
+    """Tree speculative decoding whose drafts are suffix matches (SuffixDrafter) instead of a drafter model's;
+    `shape`: depth = tokens per branch, width = branches, verify = nodes verified at most."""
+
+    def __init__(self, verifier, drafter: SuffixDrafter, layout: CacheLayout, shape: TreeShape, *args, **kwargs):
+        super().__init__(verifier, drafter, layout, shape, *args, **kwargs)
+        self.branch_of: list[tuple[int, int]] = []  # node id -> (match length, index of the node in its branch)
+        self.drafted = 0  # tokens proposed in the last draft
+
+    def make_draft_phase(self) -> None:
+        return None  # nothing to run: drafting is a lookup
+
+    def make_verify_phase(self) -> None:
+        return None  # trees of any size up to V: verified on the host (verify_sampled)
+
+    def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
+        self.drafter.restart(prompt_ids)
+        return prefill(self.verifier, prompt_ids[start:], start, self.layout, PREFILL_CHUNK)
+
+    def prefill_start(self, prompt_ids: list[int]) -> int:
+        return prompt_cache.reusable(self.verifier, prompt_ids, len(prompt_ids) - 1)
+
+    def draft_tree(self, pending: list[int], n: int) -> Draft:
+        """The suffix tree of the text up to root pending[-1] (at slot n): branches in the order proposed."""
+        index = self.drafter.index
+        missing = n + 1 - len(index.tokens)  # the index holds the n + 1 committed tokens, the root last
+        if missing > 0:
+            index.extend(pending[-missing:])
+        D, W, V = self.shape.depth, self.shape.width, self.shape.verify
+        tree = TokenTree.from_root(pending[-1], 1 + V, device=self.device)
+        self.branch_of = [(0, 0)]
+        for rank, proposal in enumerate(index.propose(min(D, V), W)):
+            parent = 0
+            for i, token in enumerate(proposal.tokens[: 1 + V - tree.n_nodes]):
+                node = tree.n_nodes
+                tree.tokens[node], tree.parents[node], tree.depth[node] = token, parent, i + 1
+                tree.cum_logp[node] = -(i + 1) - 1e-3 * rank  # a path's nodes rank before its later ones
+                tree.n_nodes, parent = node + 1, node
+                self.branch_of.append((proposal.match, i + 1))
+        self.drafted = tree.n_nodes - 1
+        return Draft(tree, None, 0, tree.ancestor_mask())
+
+    def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
+        return self.draft_tree(pending, n)  # point-mass drafts: verify_sampled's multi-draft rule keeps p exact
+
+    def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
+        return self.verify_sampled(draft, n, GREEDY, None)
+
+    def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
+        super().record(max_depth, self.drafted, n_accepted)  # the tokens proposed, not the shape's V
+
+    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows) -> None:
+        pass  # no drafter cache to move
+
+    def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
+        self.record_matches(draft, last_id)
+        self.drafter.index.extend(new)
+        return new[-1:]
+
+    def record_matches(self, draft: Draft, last_id: int) -> None:
+        """Each branch's acceptance, by the length of the match that proposed it."""
+        tree, accepted_branch = draft.tree, tree_root_child(draft.tree, last_id)
+        for child in tree.children(0):
+            match = self.branch_of[child][0]
+            length = sum(1 for i in range(child, tree.n_nodes) if tree_root_child(tree, i) == child)
+            accepted = self.branch_of[last_id][1] if child == accepted_branch else 0
+            self.drafter.rates.record(match, length, accepted)
+
+
+def tree_root_child(tree: TokenTree, i: int) -> int:
+    """The root's child on node i's path (0 for the root)."""
+    path = tree.path_to(i)
+    return path[0] if path else 0
