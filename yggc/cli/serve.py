@@ -34,6 +34,8 @@ def add_serve_parser(sub) -> None:
                    help="requests that may wait while one decodes; more get 429 (default 8)")
     p.add_argument("-a", "--alias", metavar="NAME",
                    help="the model name clients send (default: the bundle folder's name)")
+    p.add_argument("--suffix", action="store_true",
+                   help="draft from each request's own repeats instead of the bundle's drafter (as yggc run --suffix)")
     p.add_argument("--threads", "-t", type=whole_number(1), help="torch/OpenMP threads (default: torch's, one per core)")
 
 
@@ -48,5 +50,5 @@ def serve_command(args: argparse.Namespace) -> int:
     from .run import set_threads
 
     set_threads(args.threads)
-    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias)
+    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix)
     return 0

@@ -45,8 +45,8 @@ def request_stats(dec, stop_reason: str, ttft_s: float | None, tpot_s: float | N
 
 
 class DecodeWorker:
-    def __init__(self, runtime: Runtime, metrics: Metrics, queue_size: int):
-        self.runtime, self.metrics, self.queue_size = runtime, metrics, queue_size
+    def __init__(self, runtime: Runtime, metrics: Metrics, queue_size: int, suffix: bool = False):
+        self.runtime, self.metrics, self.queue_size, self.suffix = runtime, metrics, queue_size, suffix
         self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
         self.current: Job | None = None
         self.stopping = False
@@ -121,7 +121,7 @@ class DecodeWorker:
         """Decode one job, emitting text as iterations are accepted; checks for cancel between them."""
         job.emit(Started())
         s, rt = job.sampling, self.runtime
-        dec = rt.decoder(sampling=s.temperature > 0)
+        dec = rt.suffix_decoder() if self.suffix else rt.decoder(sampling=s.temperature > 0)
         text = TextStream(rt.tokenizer, s.stop)
         n_generated, first_at, last_at, cancelled = 0, None, None, False
         steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,
