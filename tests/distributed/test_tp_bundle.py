@@ -57,13 +57,15 @@ def test_tp_manifest_names_each_ranks_verifier_packages(tp_bundle):
         assert sorted(ranks, key=str) == ([0, 1] if name.startswith(("verifier", "verify")) else [None]), name
 
 
-def test_world_mismatch_is_one_line(tp_bundle, tmp_path):
+def test_world_mismatch_is_one_line(tp_bundle, tmp_path, capsys):
+    from yggc.cli.main import main
+
     _, bundle = tp_bundle
-    alone = yggc("run", str(bundle), "--prompt-ids", "3,1")
-    assert alone.returncode == 2
-    assert alone.stderr.strip() == (f"yggc: error: {bundle} was compiled for 2 tensor-parallel ranks, but 1 "
-                                    f"process(es) run it; run `yggc run --tp 2 {bundle}` (or torchrun "
-                                    f"--nproc-per-node 2 -m yggc run {bundle})")
+    capsys.readouterr()
+    assert main(["run", str(bundle), "--prompt-ids", "3,1"]) == 2  # refused before anything loads
+    assert capsys.readouterr().err.strip() == (
+        f"yggc: error: {bundle} was compiled for 2 tensor-parallel ranks, but 1 process(es) run it; run "
+        f"`yggc run --tp 2 {bundle}` (or torchrun --nproc-per-node 2 -m yggc run {bundle})")
     single = tmp_path / "single"
     shutil.copytree(bundle, single)
     manifest = json.loads((single / "manifest.json").read_text())
@@ -81,12 +83,15 @@ def test_world_mismatch_is_one_line(tp_bundle, tmp_path):
     (["--opt", "O2"], "tensor-parallel bundles are built at --opt O1 with the inductor backend; drop --opt O2 / "
                       "--backend tensorrt"),
 ])
-def test_tp_compile_refuses_what_it_cannot_build(tmp_path, flags, message):
+def test_tp_compile_refuses_what_it_cannot_build(tmp_path, capsys, flags, message):
+    """Refused before any rank starts (so in this process: main() is what the console script runs)."""
+    from yggc.cli.main import main
+
     v = write_checkpoint(tmp_path / "v", "llama_deep", seed=11)
     calib = tmp_path / "calib.txt"
     calib.write_text("some calibration text " * 20)
     flags = [str(calib) if f == "CALIB" else f for f in flags]
-    done = yggc("compile", "-m", str(v), "-md", str(v), "--tp", "2", *flags, "-o", str(tmp_path / "b"))
-    assert done.returncode == 2
-    assert done.stderr.strip() == f"yggc: error: {message}"
+    capsys.readouterr()
+    assert main(["compile", "-m", str(v), "-md", str(v), "--tp", "2", *flags, "-o", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err.strip() == f"yggc: error: {message}"
     assert not (tmp_path / "b").exists()
