@@ -81,7 +81,7 @@ def view_dim(max_seq: int) -> Dim:
     return Dim("S", min=2, max=max_seq)  # attention reads cache slots [0, S); S varies per call
 
 
-def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple | dict, out_path: Path, opt: str = "O1",
+def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple | dict, out_path: Path, opt: OptLevel = OptLevel.O1,
                     device: str = "cpu") -> Path:
     """Export `module` on `inputs` with the `dynamic` dims (torch.export's dynamic_shapes); compile to out_path."""
     graph = module.call if isinstance(module, FrozenForward) else module  # FrozenForward hides its graph
@@ -105,7 +105,7 @@ def view_only(n_inputs: int, arg: int, dim: int, max_seq: int) -> tuple:
 
 
 def lower_bucket(graph: LlamaGraph, width: int, max_seq: int, out_path: Path, device: str = "cpu",
-                 opt: str = "O1") -> Path:
+                 opt: OptLevel = OptLevel.O1) -> Path:
     """graph.forward at input width `width` -> out_path (.pt2)."""
     return compile_program(graph, example_inputs(width, max_seq, device), view_only(4, 3, 1, max_seq), out_path,
                            opt, device)
@@ -123,11 +123,11 @@ def lower_frozen(module: FrozenForward, graph: torch.nn.Module, inputs: tuple, m
 
 
 def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
-                opt: str = "O2", features: bool = False, shared_table: tuple[torch.Tensor, ...] = ()) -> Path:
+                opt: OptLevel = OptLevel.O2, features: bool = False, shared_table: tuple[torch.Tensor, ...] = ()) -> Path:
     """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
     in and the caches as trailing inputs -> one package. A tied bf16 table is held once where tied_head applies;
     shared_table: (the packed table,) an EAGLE-3 head gathers its rows from, which the package then takes as its
-    last input instead of holding it (drafters.package_inputs)."""
+    last input instead of holding it (DrafterKind.package_inputs)."""
     packs = tied_head.applies(graph, device, opt)
     if shared_table and not packs:
         raise ValueError("lower_model: a shared table needs a tied bf16 graph that tied_head applies to")
@@ -139,7 +139,7 @@ def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path,
 
 
 def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: Path, device: str = "cpu",
-                     opt: str = "O2") -> Path:
+                     opt: OptLevel = OptLevel.O2) -> Path:
     """An EAGLE-3 head's forward_embedded at every input width 1..max_width, weights frozen in (not the token
     embedding: the verifier's, gathered by the runtime) and the caches as trailing inputs -> one package:
     (embedded [W, H], feature [W, H], position_ids, cache_slots, attn_mask [W, S], k, v) -> (logits, feature)."""
@@ -151,14 +151,14 @@ def lower_head_model(head: Eagle3Graph, max_width: int, max_seq: int, out_path: 
 
 
 def lower_draft_phase(phase: torch.nn.Module, max_seq: int, out_path: Path, device: str = "cpu",
-                      opt: str = "O1") -> Path:
+                      opt: OptLevel = OptLevel.O1) -> Path:
     """The whole draft phase (head step, D-1 tree steps, top-W growth) of any drafter kind -> one package."""
     inputs, view_arg = phase.export_inputs(max_seq, device)
     return compile_program(phase, inputs, view_only(len(inputs), view_arg, 0, max_seq), out_path, opt, device)
 
 
 def lower_verify_phase(phase: GreedyVerifyPhase, n_nodes: int, max_seq: int, out_path: Path,
-                       device: str = "cpu", opt: str = "O1") -> Path:
+                       device: str = "cpu", opt: OptLevel = OptLevel.O1) -> Path:
     """Pruning, the verifier forward, greedy acceptance and KV compaction -> one package."""
     long = {"dtype": torch.long, "device": device}
     inputs = (torch.zeros(n_nodes, **long), torch.full((n_nodes,), -1, **long), torch.zeros(n_nodes, **long),

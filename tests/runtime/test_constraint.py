@@ -19,6 +19,7 @@ from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.constraint import GrammarCompiler, GrammarSpec
 from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.suffix_decoder import SuffixDecoder, SuffixDrafter
 from yggc.tree.sampling import SamplingParams, target_probs
 from yggc.tree.token_tree import TokenTree
 
@@ -70,6 +71,8 @@ def test_greedy_trees_under_a_grammar_equal_constrained_ar(models, kind):
             assert tree.stats.n_accept > 0
         head = drafters.speculative_decoder(e3_verifier.graph, e3_head.graph, layout, TreeShape(3, 2, 5))
         assert decode(head, prompt, compiler.constraint(spec)) == ref, f"{kind} EAGLE-3 seed {seed}"
+        suffix = SuffixDecoder(verifier, SuffixDrafter(min_n=1), layout, TreeShape(4, 2, 6))
+        assert decode(suffix, prompt, compiler.constraint(spec)) == ref, f"{kind} suffix drafts seed {seed}"
         if ref[-1] == EOS:  # the grammar was completed: the text is in its language
             finished += 1
             text = tokenizer.decode(ref[:-1])

@@ -1,6 +1,6 @@
 """Bundles on disk: the manifest, this machine's facts it records, and the checks before loading.
 
-Imported by the runtime and the compile passes; imports neither (only yggc.errors and torch).
+Imported by the runtime and the compile passes; imports neither (only yggc.errors, yggc.compat and torch).
 """
 from .machine import dtype_name, file_sha256, isa_fingerprint, model_hashes, passes_hash
 from .manifest import (

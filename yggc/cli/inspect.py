@@ -179,9 +179,11 @@ def inspect_command(args: argparse.Namespace) -> int:
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
     print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.opt}, max_seq {m.max_seq}, "
           f"created {m.created}")
-    drafter = m.extra.get("drafter", {"kind": "llama"})
-    if drafter["kind"] == "eagle3":
-        print(f"  drafter: EAGLE-3 head over the verifier's layers {drafter['feature_layers']}")
+    from ..runtime.drafters import kind_named
+
+    record = m.extra.get("drafter", {"kind": "llama"})
+    kind = kind_named(record["kind"])
+    print(f"  drafter: {kind.summary(record) if kind else record['kind']}")
     print_plan(plan)
     for warning in plan_warnings(profile, plan):
         print(f"  warning: {warning}")

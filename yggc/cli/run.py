@@ -88,9 +88,8 @@ def suffix_decoder(args: argparse.Namespace):
     """--suffix: the verifier (the bundle's compiled one, or -m eagerly) drafting from its own text."""
     from ..runtime.suffix_decoder import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 
-    if args.model_draft or args.no_spec or args.draft_parallel != "sequential" or args.tp > 1:
-        raise YggcError("--suffix drafts from the text, with no drafter, on one process; drop -md, --no-spec, "
-                        "--draft-parallel and --tp")
+    if args.model_draft or args.no_spec or args.draft_parallel != "sequential":
+        raise YggcError("--suffix drafts from the text, with no drafter; drop -md, --no-spec and --draft-parallel")
     shape = tree_shape(args, SUFFIX_SHAPE)
     if args.bundle:
         rt = bundle_runtime(args)
@@ -127,7 +126,7 @@ def set_threads(threads: int | None, prog: str = "yggc") -> None:
 def planned_timeline(args: argparse.Namespace, decoder) -> tuple[tuple[TimelineSlot, ...] | None, float | None]:
     """The bundle's estimated stage plan (timeline, ms per iteration), if it has one for the shape that
     ran every iteration (not for a forced shape, nor for shapes a depth predictor picked)."""
-    schedule = read_plan(args.bundle).schedule if args.bundle else None
+    schedule = read_plan(args.bundle).schedule if args.bundle and not args.suffix else None
     if schedule is None or decoder.policy is not None or schedule.executed.shape != decoder.shape:
         return None, None
     return schedule.timeline, schedule.executed.iteration_ms
@@ -177,6 +176,8 @@ def run_command(args: argparse.Namespace) -> int:
     from ..runtime.tp_processes import launched_world
 
     world = tp_world(args)
+    if args.suffix and world > 1:
+        raise YggcError("--suffix drafts from the text, with no drafter, on one process; drop --tp")
     if world > launched_world():  # --tp N without torchrun: start the N ranks here, each runs this command
         from .ranks import launch_ranks
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..bundle import OptLevel
 from ..errors import YggcError
 from ..tree import host
 from .aoti_package import load_package
@@ -64,7 +65,7 @@ def capture_cuda_graphs(runner, width: int, max_seq: int, trash: int) -> CudaGra
     return graphed
 
 
-def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", backend: str = "inductor",
+def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: OptLevel = OptLevel.O1, backend: str = "inductor",
                         fed: tuple[torch.Tensor, ...] = (), bind: Callable[..., CacheInputBucket] = CacheInputBucket):
     """The package at `path` bound to `graph`'s weights or caches (O2: and to the `fed` tensors it takes last, by
     bind(runner, graph, fed): the drafter kind's package_bucket, e.g. an EAGLE-3 head's HeadBucket)."""
@@ -72,7 +73,7 @@ def load_forward_bucket(path: Path, graph: torch.nn.Module, opt: str = "O1", bac
         from .tensorrt_buckets import load_tensorrt_bucket  # imports torch_tensorrt: only when asked for
 
         return load_tensorrt_bucket(path, graph)
-    if opt == "O2":  # weights frozen in, caches as inputs: nothing to bind
+    if opt == OptLevel.O2:  # weights frozen in, caches as inputs: nothing to bind
         runner = load_package(path, next(graph.buffers()).is_cuda)
         return bind(runner, graph, fed)
     return load_bucket(path, graph)
@@ -86,7 +87,7 @@ class CompiledModel:
     fed: tensors its O2 packages take after the caches; bind: how an O2 package is bound (load_forward_bucket).
     drafters.compiled_model sets features, fed and bind from the drafter's kind."""
 
-    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: str = "O1",
+    def __init__(self, graph: torch.nn.Module, packages: dict[int, Path], opt: OptLevel = OptLevel.O1,
                  backend: str = "inductor", package_width: int = 0, features: bool = False,
                  fed: tuple[torch.Tensor, ...] = (), bind: Callable[..., CacheInputBucket] = CacheInputBucket):
         self.graph, self.cfg, self.opt, self.backend, self.features = graph, graph.cfg, opt, backend, features

@@ -33,8 +33,12 @@ class SuffixDrafter:
         self.rates = MatchRates()
 
     def restart(self, tokens: list[int]) -> None:
-        self.index = SuffixIndex(self.min_n, self.max_n)
-        self.index.extend(tokens)
+        """Index `tokens` (a new request's prompt): what it shares with the text indexed last is kept."""
+        held, shared = self.index.tokens, 0
+        while shared < min(len(held), len(tokens)) and held[shared] == tokens[shared]:
+            shared += 1
+        self.index.truncate(shared)
+        self.index.extend(tokens[shared:])
 
 
 class SuffixDecoder(SpeculativeDecoder):
@@ -79,6 +83,9 @@ class SuffixDecoder(SpeculativeDecoder):
         self.drafted = tree.n_nodes - 1
         return Draft(tree, None, 0, tree.ancestor_mask())
 
+    def draft_tree_constrained(self, pending: list[int], n: int) -> Draft:
+        return self.draft_tree(pending, n)  # under a grammar: verify_sampled masks every verified row
+
     def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
         return self.draft_tree(pending, n)  # point-mass drafts: verify_sampled's multi-draft rule keeps p exact
 
@@ -88,7 +95,7 @@ class SuffixDecoder(SpeculativeDecoder):
     def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
         super().record(max_depth, self.drafted, n_accepted)  # the tokens proposed, not the shape's V
 
-    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows) -> None:
+    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
         pass  # no drafter cache to move
 
     def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
@@ -97,7 +104,8 @@ class SuffixDecoder(SpeculativeDecoder):
         return new[-1:]
 
     def record_matches(self, draft: Draft, last_id: int) -> None:
-        """Each branch's acceptance, by the length of the match that proposed it."""
+        """Each branch's acceptance, by the length of the match that proposed it (every branch's first token is
+        checked against the verifier's choice; the accepted branch's tokens up to the first rejected one)."""
         tree, accepted_branch = draft.tree, tree_root_child(draft.tree, last_id)
         for child in tree.children(0):
             match = self.branch_of[child][0]

@@ -4,8 +4,8 @@ Text repeats its prompt and itself (code, quotes, lists, rewrites). Like llama.c
 n-gram proposer, `SuffixIndex` finds the longest suffix of the tokens so far (prompt and output, at most
 `max_n` and at least `min_n` tokens) that also ends earlier in them, and proposes what followed that earlier
 occurrence. Several earlier occurrences followed by different tokens give several branches (most recent
-first), so the proposals form a small tree beside a drafter's. `MatchRates` keeps how often a proposal from a
-match of each length was accepted, the price a tree pays for keeping it.
+first), so the proposals form a small tree. `MatchRates` keeps how often a proposal from a match of each length
+was accepted: what a tree mixing suffix branches with a drafter's would price them at.
 
 The index grows with the text: `extend` adds the n-grams that end at each new token (O(max_n) per token),
 `propose` looks up at most max_n - min_n + 1 suffixes, so a proposal costs microseconds at any length.
@@ -13,6 +13,7 @@ The index grows with the text: `extend` adds the n-grams that end at each new to
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -34,7 +35,8 @@ class SuffixIndex:
         self.tokens: list[int] = []
         self.ends: dict[tuple[int, ...], list[int]] = defaultdict(list)
 
-    def extend(self, tokens) -> None:
+    def extend(self, tokens: Iterable[int]) -> None:
+        """Append `tokens` to the text and index the n-grams ending at each."""
         for t in tokens:
             self.tokens.append(int(t))
             end = len(self.tokens) - 1

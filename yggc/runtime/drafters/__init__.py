@@ -16,7 +16,9 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from ...bundle import OptLevel
 from ...plan.shape import TreeShape
+from ...tree.rules import ChainRule, TreeRule
 from ..buckets import CompiledModel
 from ..cache_inputs import CacheInputBucket
 from ..cache_layout import CacheLayout
@@ -77,6 +79,9 @@ class DrafterKind(Protocol):
     def verify_phase(self, verifier_graph: nn.Module, shape: TreeShape) -> nn.Module:
         """The fused greedy verify phase module at `shape` (what an O1 bundle compiles)."""
 
+    def summary(self, record: dict) -> str:
+        """One line describing a bundle's drafter from its manifest record."""
+
     def record(self, drafter_graph: nn.Module) -> dict:
         """What a bundle manifest records of its drafter, checked again at load."""
 
@@ -89,6 +94,11 @@ def kind_of(drafter) -> DrafterKind:
     """The kind of a drafter (its graph, or a LoadedModel / CompiledModel around it)."""
     graph = getattr(drafter, "graph", drafter)
     return next(kind for kind in KINDS if kind.claims(graph))
+
+
+def kind_named(name: str) -> DrafterKind | None:
+    """The kind a manifest records by this name (None: a kind this yggc does not know)."""
+    return next((kind for kind in KINDS if kind.name == name), None)
 
 
 def kind_of_folder(drafter_dir: str | Path) -> DrafterKind:
@@ -115,8 +125,9 @@ def load_pair(verifier_dir: str | Path, drafter_dir: str | Path, dtype: torch.dt
     return verifier, load_drafter(drafter_dir, verifier, dtype)
 
 
-def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape, chain_rule: str = "block",
-                        tree_rule: str = "rrs", draft_phase=None, verify_phase=None,
+def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape,
+                        chain_rule: ChainRule = ChainRule.BLOCK, tree_rule: TreeRule = TreeRule.RRS,
+                        draft_phase=None, verify_phase=None,
                         policy=None) -> SpeculativeDecoder:
     """The decoder for the drafter's kind (verifier and drafter: graphs or compiled models around them);
     `policy` (a DepthPolicy) picks each greedy iteration's shape."""
@@ -124,7 +135,7 @@ def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
     return decoder(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule, policy)
 
 
-def compiled_model(name: str, graph: nn.Module, packages: dict[int, Path], drafter, opt: str = "O1",
+def compiled_model(name: str, graph: nn.Module, packages: dict[int, Path], drafter, opt: OptLevel = OptLevel.O1,
                    backend: str = "inductor", package_width: int = 0) -> CompiledModel:
     """Model `name` ("verifier" or "drafter") of a pairing with `drafter` behind its packages; whether they return
     features, what they take after the caches and how an O2 package is bound are the drafter kind's."""

@@ -97,3 +97,7 @@ class Eagle3Kind:
     def record(self, drafter_graph: nn.Module) -> dict:
         """The kind and the verifier layers the head reads."""
         return {"kind": "eagle3", "feature_layers": list(drafter_graph.eagle.feature_layers)}
+
+    def summary(self, record: dict) -> str:
+        """One line for `yggc inspect` from the manifest's record."""
+        return f"EAGLE-3 head over the verifier's layers {record['feature_layers']}"

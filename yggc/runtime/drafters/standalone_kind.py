@@ -73,3 +73,7 @@ class StandaloneKind:
     def record(self, drafter_graph: nn.Module) -> dict:
         """The kind alone: the drafter folder holds the rest."""
         return {"kind": "llama"}
+
+    def summary(self, record: dict) -> str:
+        """One line for `yggc inspect` from the manifest's record."""
+        return "a standalone LM with the verifier's tokenizer"
