@@ -11,7 +11,7 @@ from yggc.graphs import load_model
 
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.cache_layout import CacheLayout, causal_rows, prefill
+from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams, target_probs
 
@@ -147,17 +147,18 @@ def chi2_pvalue(counts, probs):
     return chisquare(obs.numpy(), exp.numpy() * float(obs.sum() / exp.sum()))[1]
 
 
-def first_two_after_root(dec, prompt, root, params, n_samples):
-    """Counts [vocab * vocab] of the two tokens emitted after `root` (prompt prefilled once).
+def first_two_after_root(dec, prompt, root, params, n_samples, before_each=lambda: None):
+    """Counts [vocab * vocab] of the two tokens emitted after `root` (prompt prefilled once by the decoder).
 
-    Every iteration writes only slots >= len(prompt), so each sample restarts from the same state."""
+    Every iteration writes only slots >= len(prompt), so each sample restarts from the same state (a drafter
+    with host-side state restores it in `before_each`)."""
     vocab = dec.vocab
     counts = torch.zeros(vocab * vocab, dtype=torch.float64)
     stop = StopPolicy(100, (), dec.layout)
     with torch.inference_mode():
-        prefill(dec.verifier, prompt, 0, dec.layout, 32)
-        prefill(dec.drafter, prompt, 0, dec.layout, 32)
+        dec.prefill_models(prompt)
         for seed in range(n_samples):
+            before_each()
             gen = torch.Generator().manual_seed(seed)
             new, n, pending = dec.iterate(len(prompt), [root], params, gen, stop)
             if len(new) < 2:

@@ -3,11 +3,11 @@ bf16, every config), and sampled output follows the verifier's distribution."""
 import pytest
 import torch
 from checkpoints import CONFIGS, write_checkpoint
-from test_speculative import N_SAMPLES, chi2_pvalue, decode, exact_two
+from test_speculative import N_SAMPLES, chi2_pvalue, decode, exact_two, first_two_after_root
 from yggc.graphs import load_model
 
 from yggc.plan.shape import TreeShape
-from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
+from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout
 from yggc.runtime.suffix_decoder import SuffixDecoder, SuffixDrafter
 from yggc.tree.sampling import SamplingParams
@@ -71,28 +71,12 @@ def test_no_repeats_is_plain_decoding(verifiers):
     assert dec.stats.n_accept == 0 and dec.stats.n_iterations == 9  # one verifier row per iteration
 
 
-def first_two_sampled(dec, prompt, root, params, n_samples):
-    """Counts [vocab * vocab] of the two tokens emitted after `root`, each sample from the same prefilled state."""
-    vocab, stop = dec.vocab, StopPolicy(100, (), dec.layout)
-    counts = torch.zeros(vocab * vocab, dtype=torch.float64)
-    with torch.inference_mode():
-        dec.prefill_models(prompt)
-        for seed in range(n_samples):
-            dec.drafter.restart(prompt)
-            gen = torch.Generator().manual_seed(seed)
-            new, n, pending = dec.iterate(len(prompt), [root], params, gen, stop)
-            if len(new) < 2:
-                new += dec.iterate(n, pending, params, gen, stop)[0]
-            counts[new[0] * vocab + new[1]] += 1
-    return counts
-
-
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(0.7, top_p=0.9)])
 def test_sampling_matches_verifier_distribution(tiny_pair, params):
     verifier, _, layout = tiny_pair
     prompt, root = [2, 3, 4, 2, 3, 1, 2], 3  # the text ends 2 3: two branches, 4 2 3 .. and 1 2 3 ..
     dec = SuffixDecoder(verifier, SuffixDrafter(), layout, TreeShape(3, 2, 6))
-    counts = first_two_sampled(dec, prompt, root, params, N_SAMPLES)
+    counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES, lambda: dec.drafter.restart(prompt))
     p_value = chi2_pvalue(counts, exact_two(verifier, layout, prompt + [root], params))
     assert p_value > 1e-3, f"emitted tokens do not follow the verifier (p={p_value:.2g})"
     assert dec.stats.n_accept > 0

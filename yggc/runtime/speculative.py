@@ -246,7 +246,7 @@ class SpeculativeDecoder:
         """The draft pruned to V nodes and scored by the verifier -> (kept ids [V+1], their subtree, the
         verifier's logits on it [V+1, vocab]); writes the verifier's K/V at slots n.. only."""
         ranked = draft.tree if self.constraint is None else self.constraint.ranked(draft.tree)
-        kept = prune_topk(ranked, min(self.shape.verify, ranked.n_nodes - 1))  # a suffix draft may hold fewer
+        kept = prune_topk(ranked, min(self.shape.verify, ranked.n_nodes - 1))  # a draft may hold fewer than V
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         sub_anc = draft.anc[kept][:, kept]  # kept holds every kept node's ancestors: the subtree's own mask

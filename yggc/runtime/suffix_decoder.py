@@ -47,8 +47,8 @@ class SuffixDecoder(SpeculativeDecoder):
 
     def __init__(self, verifier, drafter: SuffixDrafter, layout: CacheLayout, shape: TreeShape, *args, **kwargs):
         super().__init__(verifier, drafter, layout, shape, *args, **kwargs)
-        self.branch_of: list[tuple[int, int]] = []  # node id -> (match length, index of the node in its branch)
-        self.drafted = 0  # tokens proposed in the last draft
+        self.branches: list[tuple[int, int]] = []  # the last draft's branches: (match length, tokens kept)
+        self.node_branch: list[tuple[int, int]] = []  # node id -> (its branch, its depth in it); the root (-1, 0)
 
     def make_draft_phase(self) -> None:
         return None  # nothing to run: drafting is a lookup
@@ -70,17 +70,24 @@ class SuffixDecoder(SpeculativeDecoder):
         if missing > 0:
             index.extend(pending[-missing:])
         D, W, V = self.shape.depth, self.shape.width, self.shape.verify
-        tree = TokenTree.from_root(pending[-1], 1 + V, device=self.device)
-        self.branch_of = [(0, 0)]
+        tokens, parents, depth, logp = [pending[-1]], [-1], [0], [0.0]
+        self.branches, self.node_branch = [], [(-1, 0)]
         for rank, proposal in enumerate(index.propose(min(D, V), W)):
-            parent = 0
-            for i, token in enumerate(proposal.tokens[: 1 + V - tree.n_nodes]):
-                node = tree.n_nodes
-                tree.tokens[node], tree.parents[node], tree.depth[node] = token, parent, i + 1
-                tree.cum_logp[node] = -(i + 1) - 1e-3 * rank  # a path's nodes rank before its later ones
-                tree.n_nodes, parent = node + 1, node
-                self.branch_of.append((proposal.match, i + 1))
-        self.drafted = tree.n_nodes - 1
+            taken = proposal.tokens[: 1 + V - len(tokens)]
+            if not taken:
+                break
+            self.branches.append((proposal.match, len(taken)))
+            for i, token in enumerate(taken):
+                parents.append(0 if i == 0 else len(tokens) - 1)
+                tokens.append(token)
+                depth.append(i + 1)
+                logp.append(-(i + 1) - 1e-3 * rank)  # a path's nodes rank before its later ones
+                self.node_branch.append((rank, i + 1))
+        pad = 1 + V - len(tokens)
+        tree = TokenTree(torch.tensor(tokens + [0] * pad, device=self.device),
+                         torch.tensor(parents + [-1] * pad, device=self.device),
+                         torch.tensor(depth + [0] * pad, device=self.device),
+                         torch.tensor(logp + [0.0] * pad, device=self.device), len(tokens))
         return Draft(tree, None, 0, tree.ancestor_mask())
 
     def draft_tree_constrained(self, pending: list[int], n: int) -> Draft:
@@ -93,28 +100,20 @@ class SuffixDecoder(SpeculativeDecoder):
         return self.verify_sampled(draft, n, GREEDY, None)
 
     def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
-        super().record(max_depth, self.drafted, n_accepted)  # the tokens proposed, not the shape's V
+        drafted = sum(length for _, length in self.branches)  # the tokens proposed, not the shape's V
+        super().record(max_depth, drafted, n_accepted)
 
     def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
         pass  # no drafter cache to move
 
     def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
-        self.record_matches(draft, last_id)
+        self.record_matches(last_id)
         self.drafter.index.extend(new)
         return new[-1:]
 
-    def record_matches(self, draft: Draft, last_id: int) -> None:
+    def record_matches(self, last_id: int) -> None:
         """Each branch's acceptance, by the length of the match that proposed it (every branch's first token is
         checked against the verifier's choice; the accepted branch's tokens up to the first rejected one)."""
-        tree, accepted_branch = draft.tree, tree_root_child(draft.tree, last_id)
-        for child in tree.children(0):
-            match = self.branch_of[child][0]
-            length = sum(1 for i in range(child, tree.n_nodes) if tree_root_child(tree, i) == child)
-            accepted = self.branch_of[last_id][1] if child == accepted_branch else 0
-            self.drafter.rates.record(match, length, accepted)
-
-
-def tree_root_child(tree: TokenTree, i: int) -> int:
-    """The root's child on node i's path (0 for the root)."""
-    path = tree.path_to(i)
-    return path[0] if path else 0
+        accepted_rank, accepted = self.node_branch[last_id]
+        for rank, (match, length) in enumerate(self.branches):
+            self.drafter.rates.record(match, length, accepted if rank == accepted_rank else 0)
