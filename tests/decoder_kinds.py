@@ -10,8 +10,8 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout
+from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
 from yggc.runtime.speculative import SpeculativeDecoder
-from yggc.runtime.suffix_decoder import SuffixDecoder, SuffixDrafter
 
 KINDS = ("ar", "llama", "eagle3", "suffix")
 VOCAB = 8

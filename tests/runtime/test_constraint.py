@@ -18,8 +18,8 @@ from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.constraint import GrammarCompiler, GrammarSpec
+from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
 from yggc.runtime.speculative import SpeculativeDecoder
-from yggc.runtime.suffix_decoder import SuffixDecoder, SuffixDrafter
 from yggc.tree.sampling import SamplingParams, target_probs
 from yggc.tree.token_tree import TokenTree
 

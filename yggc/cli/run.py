@@ -86,7 +86,7 @@ def bundle_decoder(args: argparse.Namespace):
 
 def suffix_decoder(args: argparse.Namespace):
     """--suffix: the verifier (the bundle's compiled one, or -m eagerly) drafting from its own text."""
-    from ..runtime.suffix_decoder import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
+    from ..runtime.drafters.suffix_drafter import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 
     if args.model_draft or args.no_spec or args.draft_parallel != "sequential":
         raise YggcError("--suffix drafts from the text, with no drafter; drop -md, --no-spec and --draft-parallel")

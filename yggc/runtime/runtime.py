@@ -32,10 +32,10 @@ from .buckets import CompiledModel, load_bucket
 from .constraint import Constraint, GrammarCompiler, GrammarSpec
 from .detokenize import StreamDecoder
 from .device import resolve_device
+from .drafters.suffix_drafter import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 from .logprobs import TokenLogprob
 from .request_lock import RequestLock
 from .stats import DecodeStats
-from .suffix_decoder import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 from .tp_processes import check_world, rank_world, verifier_loader
 
 
@@ -156,7 +156,7 @@ class Runtime:
         return dec
 
     def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SuffixDecoder:
-        """Drafts from the text's own repeats (runtime/suffix_decoder.py), verified by the bundle's compiled
+        """Drafts from the text's own repeats (runtime/drafters/suffix_drafter.py), verified by the bundle's compiled
         verifier; the drafter does not run. `shape`: tokens per branch, branches, nodes verified at most."""
         return SuffixDecoder(self.compiled["verifier"], SuffixDrafter(), self.verifier.layout, shape)
 

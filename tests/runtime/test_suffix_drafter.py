@@ -9,7 +9,7 @@ from yggc.graphs import load_model
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.cache_layout import CacheLayout
-from yggc.runtime.suffix_decoder import SuffixDecoder, SuffixDrafter
+from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
 from yggc.tree.sampling import SamplingParams
 
 SHAPES = [(1, 1, 1), (4, 1, 4), (6, 3, 8), (3, 2, 4)]  # (tokens per branch, branches, verified nodes)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from ..plan.shape import TreeShape
-from ..tree.sampling import SamplingParams
-from ..tree.suffix_match import MatchRates, SuffixIndex
-from ..tree.token_tree import TokenTree
-from . import prompt_cache
-from .autoregressive import PREFILL_CHUNK
-from .cache_layout import CacheLayout, prefill
-from .speculative import Draft, SpeculativeDecoder
+from ...plan.shape import TreeShape
+from ...tree.sampling import SamplingParams
+from ...tree.suffix_match import MatchRates, SuffixIndex
+from ...tree.token_tree import TokenTree
+from .. import prompt_cache
+from ..autoregressive import PREFILL_CHUNK
+from ..cache_layout import CacheLayout, prefill
+from ..speculative import Draft, SpeculativeDecoder
 
 GREEDY = SamplingParams()
 SUFFIX_SHAPE = TreeShape(6, 2, 8)  # tokens per branch, branches, nodes verified at most (yggc run --suffix)
