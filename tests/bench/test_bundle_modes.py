@@ -134,13 +134,14 @@ def test_temperatures_must_be_positive(capsys):
     assert re.search(r"--temps: expected temperatures > 0", capsys.readouterr().err)
 
 
-def test_the_suffix_row_equals_compiled_ar(capsys, eager_bundle):
-    code = main(["bench", "--bundle", str(eager_bundle), "--rows", "yggc-ar-compiled,yggc-suffix", "--prompts", "2",
-                 "-n", "24", "--repeats", "1"])
+def test_the_suffix_rows_equal_compiled_ar(capsys, eager_bundle):
+    code = main(["bench", "--bundle", str(eager_bundle), "--rows", "yggc-ar-compiled,yggc-suffix,yggc-full-suffix",
+                 "--prompts", "2", "-n", "24", "--repeats", "1"])
     out = capsys.readouterr().out
     assert code == 0
     head = next(line for line in out.splitlines() if line.startswith("| "))
     column = [c.strip() for c in head.strip("|").split("|")].index("equal to yggc-ar-compiled") - 1
     rows = table_rows(out)
-    assert list(rows)[:2] == ["yggc-ar-compiled", "yggc-suffix"] and rows["yggc-suffix"][column] == "yes"
-    assert "suffix drafts D6 W2 V8" in out
+    assert list(rows) == ["yggc-ar-compiled", "yggc-suffix", "yggc-full-suffix"]
+    assert rows["yggc-suffix"][column] == rows["yggc-full-suffix"][column] == "yes"
+    assert "suffix drafts D6 W2 V8" in out and "+ suffix branches" in out

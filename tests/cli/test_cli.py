@@ -198,6 +198,16 @@ def test_run_with_suffix_drafts_equals_the_verifier_alone(capsys, checkpoint):
     expect_error(capsys, [*args, "--suffix", "-md", v], "--suffix drafts from the text, with no drafter")
 
 
+def test_run_with_suffix_branches_equals_the_verifier_alone(capsys, eagle3_head):
+    v, head = eagle3_head
+    args = ["run", "-m", str(v), "--prompt-ids", "5,6,7,8,5,6,7,8,5,6", "-n", "32", "--json"]
+    alone = json.loads(run(capsys, *args)[1])
+    code, out, _ = run(capsys, *args, "-md", str(head), "--depth", "1", "--width", "2", "--with-suffix")
+    assert code == 0 and json.loads(out)["tokens"] == alone["tokens"]
+    expect_error(capsys, [*args, "--with-suffix"], "--with-suffix adds branches to a drafter's tree, and this run has none")
+    expect_error(capsys, [*args, "--suffix", "--with-suffix"], "--suffix drafts from the text alone, --with-suffix beside")
+
+
 def test_eagle3_head_errors_are_one_line(capsys, tmp_path, checkpoint, eagle3_head):
     _, head = eagle3_head
     other = str(checkpoint("mistral_headdim"))

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from yggc.plan.cost_model import CostCurve, fit_cost_curve
+from yggc.plan.cost_model import CostCurve, MeasuredCurve, fit_cost_curve, iteration_cost
 
 
 @pytest.mark.parametrize("curve", [CostCurve(2.0, 8.0, 0.25), CostCurve(1.0, 1.0, 0.5), CostCurve(3.0, 64.0, 0.0)])
@@ -166,3 +166,13 @@ def test_fit_finds_the_avx2_kernels_4_row_blocks():
     fit = fit_cost_curve(measured)
     assert fit.row_tile == 4 and fit.tile_ms > 5
     assert fit(5) - fit(4) > 5 and fit(5) == pytest.approx(27.4, rel=0.15)
+
+
+def test_iteration_cost_reads_a_bundle_profile():
+    profile = {"models": {"verifier": {"cost_curve": {"t0_ms": 10.0, "knee": 4.0, "slope_ms": 2.0},
+                                       "bucket_ms": {"1": 9.5, "4": 11.0}}},
+               "phase_ms": {"draft": 2.0, "verify": 12.0}, "host_ms": {"prune": 0.25, "accept_greedy": 0.25}}
+    cost = iteration_cost(profile)
+    assert cost(0) == 2.5 + 9.5 and cost(3) == 2.5 + 11.0  # the timed widths as timed
+    assert cost(9) == 2.5 + MeasuredCurve.from_profile(profile["models"]["verifier"]).fit(10)
+    assert iteration_cost({}) is None and iteration_cost({"models": {}}) is None

@@ -71,6 +71,19 @@ def test_compiled_decoding_is_lossless(bundle):
     assert rt.last_stats.n_iterations > 0
 
 
+def test_suffix_branches_beside_the_fused_draft_phase_are_lossless(bundle):
+    """The O1 draft phase drafts, suffix branches join its tree, the verifier scores the merged tree (its packages
+    where it has the width): the output is AR's, and paths through the branches are caught up by the drafter."""
+    rt = Runtime.load(bundle)
+    phrase = torch.randint(1, 301, (7,), generator=torch.Generator().manual_seed(3)).tolist()
+    prompt = phrase + [1] + phrase + [2] + phrase
+    ref = eager_ar(rt, prompt, 48)
+    dec = rt.decoder(speculative=True, suffix_branches=True, adaptive=False)
+    assert rt.generate(prompt, 48, decoder=dec).tokens == ref
+    assert dec.run_draft is rt.draft_runners[(SHAPE.depth, SHAPE.width)] and rt.iteration_ms is not None
+    assert dec.stats.n_accept > 0
+
+
 def test_runtime_takes_chat_messages(bundle):
     import yggc
 

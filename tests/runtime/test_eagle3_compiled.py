@@ -121,6 +121,20 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     assert runs[0] == runs[1] and len(runs[0]) == 24  # seeded runs repeat
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_suffix_branches_beside_the_head_package_are_lossless(bundles, dtype):
+    """Paths through suffix branches hand the head more pairs than a head step takes: the rest go through its
+    package first (Eagle3Decoder.catch_up); the output stays compiled AR's."""
+    rt = Runtime.load(bundles(dtype))
+    tree, ref_dec = rt.decoder(speculative=True, suffix_branches=True), rt.decoder(speculative=False)
+    caught_up = 0
+    for seed in range(3):
+        prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        assert tokens(tree, prompt, 40) == tokens(ref_dec, prompt, 40)
+        caught_up += sum(k > SHAPE.depth for k in tree.stats.accepted_lengths)
+    assert caught_up > 0
+
+
 def test_manifest_must_match_the_head(bundles, tmp_path):
     out = tmp_path / "bundle"
     shutil.copytree(bundles(torch.float32), out)

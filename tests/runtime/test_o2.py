@@ -193,6 +193,10 @@ def test_tree_decoding_equals_compiled_ar_for_every_shape(o2_bundle):
         ref = rt.generate(prompt, 40, decoder=ar).tokens
         for shape in SHAPES:
             assert rt.generate(prompt, 40, decoder=rt.decoder(shape=shape)).tokens == ref, shape
+        phrase = prompt[:6]
+        echo = phrase + [1] + phrase + [2] + phrase  # suffix branches from the first iteration
+        assert (rt.generate(echo, 40, decoder=rt.decoder(shape=SHAPES[0], suffix_branches=True)).tokens
+                == rt.generate(echo, 40, decoder=ar).tokens)
 
 
 def test_per_iteration_shapes_through_the_packages_equal_compiled_ar(o2_bundle):

@@ -207,19 +207,22 @@ def test_a_gbnf_grammar_on_completions(live):
     assert re.fullmatch(r"(yes|no) [0-9]{1,2}", out.choices[0].text) and out.choices[0].finish_reason == "stop"
 
 
-def test_a_suffix_drafting_server_answers_what_the_verifier_alone_does(demo_runtime):
-    """`yggc serve --suffix`: each request drafts from its own text; the answers are the verifier's own."""
+@pytest.mark.parametrize("flag", ["suffix", "suffix_branches"])
+def test_a_server_drafting_from_the_text_answers_what_the_verifier_alone_does(demo_runtime, flag):
+    """`yggc serve --suffix` (each request drafts from its own text) and `--with-suffix` (its repeats join the
+    drafter's tree): the answers are the verifier's own."""
     from live_server import start
 
     from yggc.serve.settings import ServeSettings
 
-    server, stop = start(demo_runtime, ServeSettings(MODEL, queue_size=2, suffix=True))
+    server, stop = start(demo_runtime, ServeSettings(MODEL, queue_size=2, **{flag: True}))
     try:
         prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
         ref = demo_runtime.generate(prompt, 40, decoder=demo_runtime.decoder(speculative=False))
         out = server.client().completions.create(model=MODEL, prompt=prompt, max_tokens=40, temperature=0)
         assert out.choices[0].text == ref.text
-        assert out.model_extra["yggc"]["tree"] == {"depth": 6, "width": 2, "verify": 8}
         assert out.model_extra["yggc"]["n_accept"] > 0  # the repeated function was drafted and taken
+        if flag == "suffix":
+            assert out.model_extra["yggc"]["tree"] == {"depth": 6, "width": 2, "verify": 8}
     finally:
         stop()

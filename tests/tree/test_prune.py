@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from yggc.tree.egt import egt_init, egt_step, egt_tree
-from yggc.tree.prune import prune_dp, prune_topk
+from yggc.tree.prune import best_verify_count, prune_dp, prune_topk
 from yggc.tree.token_tree import TokenTree
 
 
@@ -113,3 +113,21 @@ def test_prune_an_egt_tree_and_reindex():
     assert set(ids.tolist()) == set(dp.tolist())
     sub = tree.subtree(ids)
     assert sub.n_nodes == V + 1 and (sub.parents[1:] < torch.arange(1, V + 1)).all()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_best_verify_count_maximises_tokens_per_ms(seed):
+    rng = random.Random(seed)
+    values = sorted((rng.random() for _ in range(rng.randint(0, 12))), reverse=True)
+    steps = [rng.uniform(0.1, 5.0) for _ in range(len(values) + 1)]  # a step curve like row tiles give
+    cost = lambda r: 10.0 + sum(steps[:r + 1])  # noqa: E731
+    rate = [(1 + sum(values[:r])) / cost(r) for r in range(len(values) + 1)]
+    assert rate[best_verify_count(values, cost)] == max(rate)
+
+
+def test_free_rows_verify_everything_and_dear_rows_nothing():
+    values = [0.9, 0.5, 0.1]
+    assert best_verify_count(values, lambda r: 20.0) == 3
+    assert best_verify_count(values, lambda r: 20.0 * (1 + r)) == 0
+    # once a row tile is paid for, the nodes that fill it come free
+    assert best_verify_count([0.9, 0.05, 0.05], lambda r: 20.0 + (8.0 if r >= 1 else 0.0)) == 3

@@ -99,7 +99,20 @@ def test_match_rates_count_tokens_up_to_the_first_rejection():
     rates = MatchRates(prior=0.5, weight=2.0)
     assert rates.rate(4) == 0.5  # unseen: the prior
     rates.record(4, proposed=5, accepted=5)  # all 5 tried and accepted
-    rates.record(4, proposed=5, accepted=1)  # 2 tried (the second rejected), 1 accepted
-    assert rates.tried[4] == 7 and rates.accepted[4] == 6
-    assert rates.rate(4) == pytest.approx((6 + 1) / (7 + 2))
-    assert rates.rate(2) == 0.5
+    rates.record(4, proposed=5, accepted=1)  # the first accepted, the second tried and rejected
+    rates.record(4, proposed=3, accepted=0)  # the first rejected: the later ones never tried
+    assert rates.tried[4] == [3, 5] and rates.accepted[4] == [2, 4]
+    assert rates.rate(4) == pytest.approx((2 + 1) / (3 + 2))
+    assert rates.rate(4, later=True) == pytest.approx((4 + 1) / (5 + 2))
+    assert rates.chance(4, 3) == pytest.approx(rates.rate(4) * rates.rate(4, later=True) ** 2)
+    assert rates.rate(2) == rates.rate(2, later=True) == 0.5
+
+
+def test_outcomes_count_what_the_verifier_committed_verified_or_not():
+    rates = MatchRates()
+    proposals = [Proposal(3, (7, 8, 9)), Proposal(3, (7, 5)), Proposal(2, (4,)), Proposal(5, (7, 8, 9, 1))]
+    rates.record_outcome(proposals, [7, 8])  # what was committed after the proposals' root: only 2 tokens known
+    # (7, 8, 9): 2 known, both right; (7, 5): right then wrong; (4,): wrong; (7, 8, 9, 1): 2 known, both right
+    assert rates.tried[3] == [2, 2] and rates.accepted[3] == [2, 1]
+    assert rates.tried[2] == [1, 0] and rates.accepted[2] == [0, 0]
+    assert rates.tried[5] == [1, 1] and rates.accepted[5] == [1, 1]

@@ -104,13 +104,15 @@ class RowFactory:
         if name in ("yggc-chain", "yggc-tree-static"):
             shape = self.tuned(name)
             return yggc_row(name, m.spec_decoder(shape), f"eager {shape_label(shape)} (tuned)")
-        if name == "yggc-full":
-            rt, sampling = m.runtime, not self.cfg.greedy
+        if name in ("yggc-full", "yggc-full-suffix"):
+            rt, sampling, branches = m.runtime, not self.cfg.greedy, name == "yggc-full-suffix"
             shape, speculate = rt.sampling_plan if sampling and rt.sampling_plan else (rt.shape, rt.speculate)
             plan = "sampling plan" if sampling and rt.sampling_plan else "bundle plan"
             runs_as = (f"compiled {shape_label(shape)} ({plan})" if speculate
                        else f"compiled AR ({plan}: its tree priced or measured slower)")
-            return yggc_row(name, rt.decoder(sampling=sampling), runs_as)
+            if branches and speculate:
+                runs_as += " + suffix branches"
+            return yggc_row(name, rt.decoder(sampling=sampling, suffix_branches=branches), runs_as)
         raise YggcError(f"unknown row {name!r}; rows are {', '.join(ROWS)}")
 
 

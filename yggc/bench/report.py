@@ -114,7 +114,7 @@ def summary_lines(cfg: BenchConfig, prompts: list[list[int]], source: str, floor
 
 
 AR_OF = {"yggc-chain": "yggc-ar-eager", "yggc-tree-static": "yggc-ar-eager", "yggc-suffix": "yggc-ar-compiled",
-         "yggc-full": "yggc-ar-compiled"}
+         "yggc-full": "yggc-ar-compiled", "yggc-full-suffix": "yggc-ar-compiled"}
 
 
 def target_efficiency(rows: list[Row]) -> dict[str, dict]:

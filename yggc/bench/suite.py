@@ -11,13 +11,14 @@ from ..runtime.loading import DEMO_PAIR
 
 # table order = set-up order: eager rows first, so the compiled rows' RSS increments show only the bundle
 ROWS = ("hf-ar", "hf-assisted", "openvino", "openvino-spec", "llama.cpp", "llama.cpp-gguf", "yggc-ar-eager", "yggc-chain", "yggc-tree-static",
-        "yggc-ar-compiled", "yggc-suffix", "yggc-full")
+        "yggc-ar-compiled", "yggc-suffix", "yggc-full", "yggc-full-suffix")
 HF_ROWS = frozenset({"hf-ar", "hf-assisted"})
 OPENVINO_ROWS = frozenset({"openvino", "openvino-spec"})  # the optional extra yggc[openvino]: only when named in --rows
 LLAMA_CPP_ROWS = frozenset({"llama.cpp", "llama.cpp-gguf"})  # the optional extra yggc[llama-cpp]: only when named
 DEFAULT_ROWS = tuple(r for r in ROWS if r not in OPENVINO_ROWS | LLAMA_CPP_ROWS)
-DRAFTER_ROWS = frozenset({"hf-assisted", "openvino-spec", "yggc-chain", "yggc-tree-static", "yggc-full"})
-BUNDLE_ROWS = frozenset({"yggc-ar-compiled", "yggc-suffix", "yggc-full"})
+DRAFTER_ROWS = frozenset({"hf-assisted", "openvino-spec", "yggc-chain", "yggc-tree-static", "yggc-full",
+                          "yggc-full-suffix"})
+BUNDLE_ROWS = frozenset({"yggc-ar-compiled", "yggc-suffix", "yggc-full", "yggc-full-suffix"})
 CHAIN_DEPTHS = (2, 3, 4, 6, 8)
 TREE_GRID = (TreeShape(3, 2, 6), TreeShape(4, 2, 8), TreeShape(4, 3, 8), TreeShape(5, 2, 10),
              TreeShape(4, 4, 12), TreeShape(6, 3, 12))

@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="draft from the text's own repeats instead of a drafter: the continuations of the longest "
                           "suffix of prompt and output that occurred before (no drafter runs; -m alone or BUNDLE). "
                           "--depth: tokens per branch (default 6), --width: branches (2), --verify: nodes (8)")
+    run.add_argument("--with-suffix", action="store_true",
+                     help="add the text's suffix matches to the drafter's tree as extra branches, priced by how often "
+                          "they are accepted (verified with the drafts in one call; output unchanged)")
     run.add_argument("--static", action="store_true",
                      help="with BUNDLE: draft the plan's one tree shape every iteration (no depth predictor)")
     run.add_argument("--trace", metavar="OUT.json",

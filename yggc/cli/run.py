@@ -98,6 +98,18 @@ def suffix_decoder(args: argparse.Namespace):
     return verifier, SuffixDecoder(verifier.graph, SuffixDrafter(), verifier.layout, shape)
 
 
+def add_suffix_branches(args: argparse.Namespace, decoder):
+    """--with-suffix: the text's suffix matches as extra branches of the drafter's tree."""
+    from ..runtime.drafters.suffix_branches import with_suffix_branches
+
+    if args.suffix:
+        raise YggcError("--suffix drafts from the text alone, --with-suffix beside a drafter; pick one")
+    if not hasattr(decoder, "draft_tree") or args.draft_parallel != "sequential":
+        raise YggcError("--with-suffix adds branches to a drafter's tree, and this run has none (--no-spec, no "
+                        "drafter, --draft-parallel, or the bundle's plan: force a tree with --depth/--width)")
+    return with_suffix_branches(decoder)
+
+
 def prompt_ids_of(args: argparse.Namespace, verifier: loading.LoadedModel) -> list[int]:
     """-p text, --prompt-ids, or --chat (with --system) through the verifier's chat template."""
     if args.system is not None and args.chat is None:
@@ -176,8 +188,8 @@ def run_command(args: argparse.Namespace) -> int:
     from ..runtime.tp_processes import launched_world
 
     world = tp_world(args)
-    if args.suffix and world > 1:
-        raise YggcError("--suffix drafts from the text, with no drafter, on one process; drop --tp")
+    if (args.suffix or args.with_suffix) and world > 1:
+        raise YggcError(f"--{'with-' * args.with_suffix}suffix runs on one process; drop --tp")
     if world > launched_world():  # --tp N without torchrun: start the N ranks here, each runs this command
         from .ranks import launch_ranks
 
@@ -186,6 +198,8 @@ def run_command(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     verifier, decoder = (suffix_decoder(args) if args.suffix else bundle_decoder(args) if args.bundle
                          else eager_decoder(args))
+    if args.with_suffix:
+        decoder = add_suffix_branches(args, decoder)
     if args.trace and not Path(args.trace).parent.is_dir():
         raise YggcError(f"--trace {args.trace}: the folder {Path(args.trace).parent} does not exist")
     if args.trace and not hasattr(decoder, "enable_trace"):

@@ -36,6 +36,9 @@ def add_serve_parser(sub) -> None:
                    help="the model name clients send (default: the bundle folder's name)")
     p.add_argument("--suffix", action="store_true",
                    help="draft from each request's own repeats instead of the bundle's drafter (as yggc run --suffix)")
+    p.add_argument("--with-suffix", action="store_true",
+                   help="add each request's suffix matches to the drafter's tree as extra branches (as yggc run "
+                        "--with-suffix)")
     p.add_argument("--threads", "-t", type=whole_number(1), help="torch/OpenMP threads (default: torch's, one per core)")
 
 
@@ -50,5 +53,9 @@ def serve_command(args: argparse.Namespace) -> int:
     from .run import set_threads
 
     set_threads(args.threads)
-    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix)
+    if args.suffix and args.with_suffix:
+        print("yggc serve: --suffix drafts from the text alone, --with-suffix beside the drafter; pick one",
+              file=sys.stderr)
+        return 2
+    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix, args.with_suffix)
     return 0

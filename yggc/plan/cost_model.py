@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -158,3 +159,14 @@ def fit_cost_curve(points: dict[int, float], n_experts: int = 0, top_k: int = 0)
             best = (err, CostCurve(x[0], float(knee), x[1], s, n_experts, top_k, *expert, tile, tile_ms))
     return best[1]
 
+
+
+def iteration_cost(profile: dict) -> Callable[[int], float] | None:
+    """A bundle's profile.json -> the cost in ms of a greedy iteration that verifies r tree nodes: the profiled draft
+    phase and host stages plus the verifier at r + 1 rows (None: a profile without them)."""
+    try:
+        verifier = MeasuredCurve.from_profile(profile["models"]["verifier"])
+        fixed = profile["phase_ms"]["draft"] + sum(profile["host_ms"].values())
+    except (KeyError, TypeError):
+        return None
+    return lambda r: fixed + verifier(r + 1)

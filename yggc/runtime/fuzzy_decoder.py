@@ -17,8 +17,9 @@ from ..plan.shape import TreeShape
 from ..tree.rules import ChainRule, TreeRule
 from ..tree.token_tree import tree_mask
 from .cache_layout import CacheLayout
+from .draft import Draft
 from .draft_phase import DraftPhase, align_vocab
-from .speculative import Draft, SpeculativeDecoder
+from .speculative import SpeculativeDecoder
 from .tp_processes import rank_world
 
 

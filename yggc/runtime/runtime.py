@@ -10,7 +10,8 @@ stream resumed after a newer request on the same thread raises StreamInterrupted
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from safetensors.torch import load_file
 from ..bundle import Manifest, OptLevel, validate_bundle
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, read_plan
+from ..plan.cost_model import iteration_cost
 from ..plan.depth_predictor import DepthPolicy
 from ..plan.shape import TreeShape
 from ..tree.rules import ChainRule, TreeRule
@@ -32,6 +34,7 @@ from .buckets import CompiledModel, load_bucket
 from .constraint import Constraint, GrammarCompiler, GrammarSpec
 from .detokenize import StreamDecoder
 from .device import resolve_device
+from .drafters.suffix_branches import with_suffix_branches
 from .drafters.suffix_drafter import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 from .logprobs import TokenLogprob
 from .request_lock import RequestLock
@@ -59,6 +62,17 @@ def load_policy(path: Path, adaptive: AdaptivePlan | None) -> DepthPolicy | None
         raise YggcError(f"{path}: its depth predictor does not load ({e}); re-run `yggc compile`") from None
 
 
+def read_profile(path: Path) -> dict:
+    """The bundle's profile.json ({} where it has none)."""
+    profile = path / "profile.json"
+    if not profile.exists():
+        return {}
+    try:
+        return json.loads(profile.read_text())
+    except ValueError as e:
+        raise YggcError(f"{profile} is not valid JSON ({e}); re-run `yggc compile`") from None
+
+
 class Runtime:
     """A loaded bundle, ready to decode: `Runtime.load(path)` validates it and loads its packages (never compiling);
     `generate`, `stream` and `stream_tokens` decode one request at a time (another thread's request waits, or
@@ -81,6 +95,7 @@ class Runtime:
         self.sampling_plan: tuple[TreeShape, bool] | None = None
         self.rank_rates: tuple[float, ...] = RANK_ACCEPTANCE  # a sampled tree's price of each draw rank
         self.grammars: GrammarCompiler | None = None  # made at the first constrained request
+        self.iteration_ms: Callable[[int], float] | None = None  # profiled cost of an iteration verifying r nodes
 
     @classmethod
     def load(cls, path: str | Path) -> Runtime:
@@ -117,6 +132,7 @@ class Runtime:
         plan = read_plan(path)
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, plan.shape, plan.speculate)
         rt.policy = load_policy(path, plan.adaptive)
+        rt.iteration_ms = iteration_cost(read_profile(path))
         if plan.sampling is not None:
             rt.sampling_plan = (plan.sampling.shape, plan.sampling.speculate)
             rt.rank_rates = plan.sampling.rank_acceptance or RANK_ACCEPTANCE
@@ -133,13 +149,14 @@ class Runtime:
 
     def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None,
                 chain_rule: ChainRule = ChainRule.BLOCK, tree_rule: TreeRule = TreeRule.RRS, adaptive: bool = True,
-                sampling: bool = False):
+                sampling: bool = False, suffix_branches: bool = False):
         """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict. At T > 0,
         chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs", "traversal" or "point-mass";
         yggc/tree/rules.py: the members or their strings).
         Greedy decoding picks each iteration's shape with the bundle's depth predictor unless a shape is
         given or adaptive=False. sampling=True (a T > 0 request) takes the plan calibrated at a temperature,
-        where the bundle has one."""
+        where the bundle has one. suffix_branches=True: the text's suffix matches join the drafter's tree
+        (runtime/drafters/suffix_branches.py; sampled trees are then verified by the point-mass rule)."""
         layout = self.verifier.layout
         plan_shape, verdict = (self.sampling_plan if sampling and self.sampling_plan and shape is None
                                else (self.shape, self.speculate))
@@ -153,7 +170,7 @@ class Runtime:
                                            chain_rule, tree_rule, self.draft_runners.get((shape.depth, shape.width)),
                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
         dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
-        return dec
+        return with_suffix_branches(dec, iteration_ms=self.iteration_ms) if suffix_branches else dec
 
     def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SuffixDecoder:
         """Drafts from the text's own repeats (runtime/drafters/suffix_drafter.py), verified by the bundle's compiled

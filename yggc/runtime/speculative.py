@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 
@@ -23,8 +22,8 @@ from ..tree.egt import egt_frontier, egt_init, egt_step, egt_tree
 from ..tree.prune import prune_topk
 from ..tree.recursive_rejection import verify_tree_rrs
 from ..tree.rules import ChainRule, TreeRule, sampling_rules
-from ..tree.sampled_egt import RANK_ACCEPTANCE, race_keys, sampled_egt_root_step, sampled_egt_step
-from ..tree.sampling import SamplingParams, next_token, sample_index, target_probs
+from ..tree.sampled_egt import RANK_ACCEPTANCE
+from ..tree.sampling import SamplingParams, next_token, target_probs
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.traversal import verify_tree_traversal
 from ..tree.verification import verify_greedy, verify_tree_sampling
@@ -32,9 +31,11 @@ from . import prompt_cache
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
 from .cache_layout import CacheLayout, prefill
 from .constraint import Constraint, path_to
+from .draft import Draft
 from .draft_phase import DraftPhase, align_vocab
 from .loading import device_scope, model_device
 from .logprobs import TokenLogprob, token_logprobs
+from .sampled_drafting import SampledDrafting
 from .stats import DecodeStats
 from .trace import NoTrace, StageTrace
 from .verify_phase import GreedyVerifyPhase
@@ -43,16 +44,7 @@ from .verify_phase import GreedyVerifyPhase
 SAMPLED_TREE_RULES = {TreeRule.RRS: verify_tree_rrs, TreeRule.TRAVERSAL: verify_tree_traversal}
 
 
-@dataclass
-class Draft:
-    tree: TokenTree
-    q: torch.Tensor | None  # [D, vocab] drafter distributions of a sampled chain, else None
-    n_fed: int  # tree nodes 0..n_fed-1 have their K/V in the drafter cache
-    anc: torch.Tensor  # [N, N] ancestor-or-self mask
-    q_rows: torch.Tensor | None = None  # [N, vocab] a sampled tree's drafter distribution after each node
-
-
-class SpeculativeDecoder:
+class SpeculativeDecoder(SampledDrafting):
     """Tree speculative decoding of one sequence: each iteration the drafter grows an Equal-Growth Tree of the
     current shape, the tree is pruned to V nodes, the verifier scores them in one call under a tree mask, and
     the accepted path (greedy: the verifier's argmax; T > 0: block verification for chains, RRS or traversal
@@ -155,7 +147,28 @@ class SpeculativeDecoder:
     def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
         """Tokens the next head step feeds: the root, and an accepted leaf the drafter never ran on."""
         k = len(new) - 1
-        return new[-2:] if k and last_id >= draft.n_fed else new[-1:]
+        return self.pending_after(new, k - 1 if k and last_id >= draft.n_fed else k)
+
+    def pending_after(self, new: list[int], fed: int) -> list[int]:
+        """What the drafter still has to see of the new tokens (the accepted ones, the verifier's bonus last)
+        when it ran on the first `fed` of them while drafting."""
+        return new[fed:]
+
+    def catch_up(self, pending: list[int], n: int) -> list[int]:
+        """The pending tokens (root last, at slot n) beyond what one head step takes fed to the drafter now, after
+        the K/V moves the last acceptance left -> what the head step still feeds. Only a path through drafts the
+        drafter never ran on (suffix branches) leaves more than head_width."""
+        extra = len(pending) - self.head_width
+        if extra <= 0:
+            return pending
+        self.drafter.move_kv(*self.drafter_moves)
+        self.drafter_moves = self.no_moves
+        prefill(self.drafter, pending[:extra], n + 1 - len(pending), self.layout, PREFILL_CHUNK)
+        return pending[extra:]
+
+    def nodes_needed(self) -> int:
+        """Cache slots past n an iteration may write (the draft's nodes)."""
+        return self.shape.n_nodes
 
     # -- drafting ------------------------------------------------------------------------------------
     def view_slots(self, n_used: int) -> torch.Tensor:
@@ -191,43 +204,6 @@ class SpeculativeDecoder:
             state = egt_step(state, torch.log_softmax(logits.masked_fill(~masks, float("-inf")), -1))
         return Draft(egt_tree(state), None, 1 + (D - 1) * W, state.anc)
 
-    def draft_tree_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
-        """T > 0: the EGT grown from draws of the drafter's distribution (sampled_egt), for recursive
-        rejection sampling; eager, around the drafter's forward."""
-        D, W, N = self.shape.depth, self.shape.width, self.shape.n_nodes
-        view = self.layout.view(n + N)
-        q = target_probs(self.root_logits(pending, n), params)  # [vocab]
-        q_rows = torch.zeros(N, self.vocab)
-        q_rows[0] = q
-        state = sampled_egt_root_step(egt_init(pending[-1], D, W, self.vocab), q, race_keys(q, gen), self.rank_rates)
-        for _ in range(D - 1):
-            f = egt_frontier(state)
-            logits = self.node_logits(f.tokens, state.parents[f.ids], f.ids, f.depth, f.mask, n, view)
-            q = target_probs(logits, params)                     # [W, vocab]
-            q_rows[state.newest] = q
-            state = sampled_egt_step(state, q, race_keys(q, gen), self.rank_rates)
-        tree = egt_tree(state)
-        return Draft(tree, None, 1 + (D - 1) * W, state.anc, q_rows)
-
-    def draft_chain_sampled(self, pending: list[int], n: int, params: SamplingParams,
-                            gen: torch.Generator) -> Draft:
-        """W = 1 at temperature > 0: each draft is SAMPLED from the drafter (the chain rules need it)."""
-        D = self.shape.depth
-        tree = TokenTree.from_root(pending[-1], 1 + D)
-        q = torch.empty(D, self.vocab)
-        logits = self.root_logits(pending, n)
-        chain = torch.ones(1 + D, 1 + D, dtype=torch.bool).tril()  # [N, N] ancestor-or-self rows of a chain
-        for d in range(1, D + 1):
-            q[d - 1] = target_probs(logits, params)
-            tree.tokens[d] = sample_index(q[d - 1], gen)
-            tree.parents[d], tree.depth[d] = d - 1, d
-            if d < D:
-                node = torch.tensor([d])
-                logits = self.node_logits(tree.tokens[node], node - 1, node, node, chain[node], n,
-                                          self.layout.view(n + d + 1))[0]
-        tree.n_nodes = 1 + D
-        return Draft(tree, q, D, chain)
-
     # -- verification --------------------------------------------------------------------------------
     def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
         """One call: prune, verify, accept, compact the verifier's KV -> (emitted tokens, last accepted
@@ -246,7 +222,8 @@ class SpeculativeDecoder:
         """The draft pruned to V nodes and scored by the verifier -> (kept ids [V+1], their subtree, the
         verifier's logits on it [V+1, vocab]); writes the verifier's K/V at slots n.. only."""
         ranked = draft.tree if self.constraint is None else self.constraint.ranked(draft.tree)
-        kept = prune_topk(ranked, min(self.shape.verify, ranked.n_nodes - 1))  # a draft may hold fewer than V
+        V = self.shape.verify if draft.verify is None else draft.verify
+        kept = prune_topk(ranked, min(V, ranked.n_nodes - 1))  # a draft may hold fewer than V
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         sub_anc = draft.anc[kept][:, kept]  # kept holds every kept node's ancestors: the subtree's own mask
@@ -278,8 +255,8 @@ class SpeculativeDecoder:
             self.new_logits = raw[torch.cat([path.new_zeros(1), path])]
         self.verifier.move_kv(n + path, n + 1 + torch.arange(len(path)))
         ids = kept[path]
-        moves = self.no_moves.clone()
-        moves[0, : len(path)], moves[1, : len(path)] = n + ids, n + 1 + torch.arange(len(path))
+        moves, fed = self.no_moves.clone(), min(len(path), self.shape.depth)  # deeper nodes: suffix drafts, never fed
+        moves[0, :fed], moves[1, :fed] = n + ids[:fed], n + 1 + torch.arange(fed)
         self.take_verify_outputs([moves], torch.cat([path.new_zeros(1), path]))
         tokens = draft.tree.tokens[ids].tolist() + [token]
         return tokens, int(ids[-1]) if len(path) else 0, int(sub.depth.max())
@@ -330,8 +307,9 @@ class SpeculativeDecoder:
             shape = self.policy.choose(root_features(self.bonus_logits))
             if shape != self.shape:
                 self.set_shape(shape)
-        if stop.kv_full(n, self.shape.n_nodes):
+        if stop.kv_full(n, self.nodes_needed()):
             return self.fallback_step(pending[-1], n, params, gen, stop)
+        pending = self.catch_up(pending, n)
         fused = params.greedy and self.constraint is None  # the greedy verify phase: no grammar masks inside
         compiled = self.compiled_phases and fused  # each phase is one compiled call
         self.drafter_covered = n + 1  # the draft's head step leaves the drafter's slots 0..n exact, writes past them
@@ -346,14 +324,6 @@ class SpeculativeDecoder:
         k = len(new) - 1
         self.record(max_depth, self.shape.verify, k)
         return new, n + 1 + k, self.next_pending(new, last_id, draft)
-
-    def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
-        """T > 0: a sampled chain (W = 1), a sampled tree (rrs, traversal) or the greedy-grown tree (point-mass)."""
-        if self.shape.width == 1:
-            return self.draft_chain_sampled(pending, n, params, gen)
-        if self.tree_rule.sampled:
-            return self.draft_tree_sampled(pending, n, params, gen)
-        return self.draft_tree(pending, n)
 
     def fallback_step(self, root: int, n: int, params, gen, stop) -> tuple[list[int], int, list[int]]:
         """No room left for a tree: finish with plain verifier steps (the drafter is no longer needed)."""

@@ -128,7 +128,7 @@ async def answer(job: Job, request: Request, req: CompletionRequest) -> Response
 def create_app(runtime: Runtime, settings: ServeSettings) -> FastAPI:
     """The ASGI app over one Runtime; its lifespan starts and stops the decoding thread."""
     metrics = Metrics(max_accepted=runtime.shape.depth + 1)
-    worker = DecodeWorker(runtime, metrics, settings.queue_size, settings.suffix)
+    worker = DecodeWorker(runtime, metrics, settings)
     max_seq = runtime.verifier.layout.max_seq
 
     @asynccontextmanager

@@ -40,8 +40,10 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int) -> str:
+    branches = " + suffix branches" if settings.suffix_branches else ""
     mode = ("suffix drafts" if settings.suffix
-            else f"tree D={runtime.shape.depth} W={runtime.shape.width} V={runtime.shape.verify}" if runtime.speculate
+            else f"tree D={runtime.shape.depth} W={runtime.shape.width} V={runtime.shape.verify}{branches}"
+            if runtime.speculate
             else "autoregressive (the plan's verdict)")
     url_host = f"[{host}]" if ":" in host else host
     key = ", API key required" if settings.api_key else ""
@@ -68,14 +70,14 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(bundle: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-          queue_size: int = 8, alias: str | None = None, suffix: bool = False) -> None:
+          queue_size: int = 8, alias: str | None = None, suffix: bool = False, suffix_branches: bool = False) -> None:
     """Serve until SIGTERM or Ctrl-C. uvicorn logs warnings and errors only; no access log."""
     from .app import create_app
 
     runtime = Runtime.load(bundle)
     path = Path(bundle).resolve()
     settings = ServeSettings(alias or path.name, api_key, queue_size, int((path / "manifest.json").stat().st_mtime),
-                             host, suffix)
+                             host, suffix, suffix_branches)
     app = create_app(runtime, settings)
     sock = bind(host, port)
     # uvicorn waits for the connections at most this long, past the grace given to the decoding request

@@ -18,6 +18,7 @@ from ..runtime.runtime import Runtime
 from .api_errors import ApiError
 from .jobs import Delta, Failed, Finished, Job, Started, Usage
 from .metrics import Metrics
+from .settings import ServeSettings
 from .stop import TextStream
 from .wire import content_logprobs
 
@@ -45,9 +46,9 @@ def request_stats(dec, stop_reason: str, ttft_s: float | None, tpot_s: float | N
 
 
 class DecodeWorker:
-    def __init__(self, runtime: Runtime, metrics: Metrics, queue_size: int, suffix: bool = False):
-        self.runtime, self.metrics, self.queue_size, self.suffix = runtime, metrics, queue_size, suffix
-        self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=queue_size)
+    def __init__(self, runtime: Runtime, metrics: Metrics, settings: ServeSettings):
+        self.runtime, self.metrics, self.settings, self.queue_size = runtime, metrics, settings, settings.queue_size
+        self.queue: queue.Queue[Job | None] = queue.Queue(maxsize=self.queue_size)
         self.current: Job | None = None
         self.stopping = False
         self.thread = threading.Thread(target=self.loop, name="yggc-decode", daemon=True)
@@ -121,7 +122,8 @@ class DecodeWorker:
         """Decode one job, emitting text as iterations are accepted; checks for cancel between them."""
         job.emit(Started())
         s, rt = job.sampling, self.runtime
-        dec = rt.suffix_decoder() if self.suffix else rt.decoder(sampling=s.temperature > 0)
+        dec = (rt.suffix_decoder() if self.settings.suffix
+               else rt.decoder(sampling=s.temperature > 0, suffix_branches=self.settings.suffix_branches))
         text = TextStream(rt.tokenizer, s.stop)
         n_generated, first_at, last_at, cancelled = 0, None, None, False
         steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,

@@ -8,6 +8,8 @@ can lay them out in consecutive cache slots and `TokenTree.subtree(ids)` can re-
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from .token_tree import TokenTree
@@ -92,3 +94,17 @@ def _merge(f: list[float], g: list[float], cap: int) -> tuple[list[float], list[
             if v > new[su + sc]:
                 new[su + sc], choice[su + sc] = v, sc
     return new, choice
+
+
+def best_verify_count(values: list[float], iteration_ms: Callable[[int], float]) -> int:
+    """How many of the ranked nodes to verify: values [M] (each node's chance of being accepted, best first, every
+    prefix a rooted subtree), iteration_ms(r) the cost of an iteration verifying r nodes -> the r in 0..M that
+    maximises expected tokens per ms, (1 + sum of the first r values) / iteration_ms(r) (yggdrasil.txt Eq. 3 for
+    one tree: the bonus token is always had)."""
+    best, best_rate, tokens = 0, 1.0 / iteration_ms(0), 1.0
+    for r, value in enumerate(values, start=1):
+        tokens += value
+        rate = tokens / iteration_ms(r)
+        if rate > best_rate:
+            best, best_rate = r, rate
+    return best

@@ -88,20 +88,42 @@ def overlapping_copy(tokens: list[int], start: int, count: int) -> list[int]:
 
 
 class MatchRates:
-    """How often a proposed token was accepted, by the length of the match that proposed it (with a prior of
-    `prior` accepted in `weight` tries, so an unseen length is priced by the prior, not by zero)."""
+    """How often proposals from a match of each length were accepted: the first token, and each later one given the
+    one before it was (a copy that starts right tends to go on right, so depth i is priced first * later^(i-1),
+    not rate^i); each with a prior of `prior` accepted in `weight` tries, so an unseen length is priced by the prior."""
 
     def __init__(self, prior: float = 0.5, weight: float = 2.0):
         self.prior, self.weight = prior, weight
-        self.tried: dict[int, int] = defaultdict(int)
-        self.accepted: dict[int, int] = defaultdict(int)
+        self.tried: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # match -> [first tokens, later tokens]
+        self.accepted: dict[int, list[int]] = defaultdict(lambda: [0, 0])
 
     def record(self, match: int, proposed: int, accepted: int) -> None:
         """A proposal of `proposed` tokens from a match of `match` tokens had its first `accepted` accepted: each
         token up to the first rejected one was tried (the ones after it never were)."""
-        self.tried[match] += min(proposed, accepted + 1)
-        self.accepted[match] += accepted
+        if proposed == 0:
+            return
+        self.tried[match][0] += 1
+        self.accepted[match][0] += accepted > 0
+        if accepted:
+            self.tried[match][1] += min(proposed - 1, accepted)
+            self.accepted[match][1] += accepted - 1
 
-    def rate(self, match: int) -> float:
-        """Estimated chance that the next proposed token of a match of this length is accepted."""
-        return (self.accepted[match] + self.prior * self.weight) / (self.tried[match] + self.weight)
+    def record_outcome(self, proposals: list[Proposal], committed: list[int]) -> None:
+        """What each proposal would have had accepted, verified or not: its tokens up to the first that differs from
+        the tokens committed after it (the verifier's choices), as far as those reach."""
+        for proposal in proposals:
+            known = min(len(proposal.tokens), len(committed))
+            run = 0
+            while run < known and proposal.tokens[run] == committed[run]:
+                run += 1
+            self.record(proposal.match, known, run)
+
+    def rate(self, match: int, later: bool = False) -> float:
+        """Estimated chance that a match of this length has its first proposed token accepted (later=True: a later
+        token, given the one before it was)."""
+        i = int(later)
+        return (self.accepted[match][i] + self.prior * self.weight) / (self.tried[match][i] + self.weight)
+
+    def chance(self, match: int, depth: int) -> float:
+        """Estimated chance that a proposal from a match of this length is accepted up to its depth-th token."""
+        return self.rate(match) * self.rate(match, later=True) ** (depth - 1)

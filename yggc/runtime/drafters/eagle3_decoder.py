@@ -18,7 +18,7 @@ from ...tree.token_tree import tree_mask
 from .. import prompt_cache
 from ..autoregressive import PREFILL_CHUNK
 from ..cache_layout import CacheLayout, causal_rows
-from ..speculative import Draft, SpeculativeDecoder
+from ..speculative import SpeculativeDecoder
 from ..verify_phase import GreedyVerifyPhase
 
 
@@ -175,5 +175,15 @@ class Eagle3Decoder(SpeculativeDecoder):
         feats = handoff[1] if len(handoff) > 1 else self.row_features
         self.pending_features = feats[path_rows]
 
-    def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
-        return new  # every accepted row's pair, the bonus token's last
+    def pending_after(self, new: list[int], fed: int) -> list[int]:
+        return new  # every accepted row's pair, the bonus token's last: the head's rows hold draft features till then
+
+    def catch_up(self, pending: list[int], n: int) -> list[int]:
+        """Pairs beyond the D + 1 a head step takes (a path through suffix drafts) go to the head now."""
+        extra = len(pending) - (self.shape.depth + 1)
+        if extra <= 0:
+            return pending
+        prefill_pairs(self.drafter, self.fuse, pending[:extra], self.pending_features[:extra], self.layout,
+                      start=n - len(pending))
+        self.pending_features = self.pending_features[extra:]
+        return pending[extra:]

@@ -13,12 +13,13 @@ import torch
 
 from ...plan.shape import TreeShape
 from ...tree.sampling import SamplingParams
-from ...tree.suffix_match import MatchRates, SuffixIndex
+from ...tree.suffix_match import MatchRates, Proposal, SuffixIndex
 from ...tree.token_tree import TokenTree
 from .. import prompt_cache
 from ..autoregressive import PREFILL_CHUNK
 from ..cache_layout import CacheLayout, prefill
-from ..speculative import Draft, SpeculativeDecoder
+from ..draft import Draft
+from ..speculative import SpeculativeDecoder
 
 GREEDY = SamplingParams()
 SUFFIX_SHAPE = TreeShape(6, 2, 8)  # tokens per branch, branches, nodes verified at most (yggc run --suffix)
@@ -47,8 +48,7 @@ class SuffixDecoder(SpeculativeDecoder):
 
     def __init__(self, verifier, drafter: SuffixDrafter, layout: CacheLayout, shape: TreeShape, *args, **kwargs):
         super().__init__(verifier, drafter, layout, shape, *args, **kwargs)
-        self.branches: list[tuple[int, int]] = []  # the last draft's branches: (match length, tokens kept)
-        self.node_branch: list[tuple[int, int]] = []  # node id -> (its branch, its depth in it); the root (-1, 0)
+        self.proposals: list[Proposal] = []  # the last draft's branches, cut to the tokens kept
 
     def make_draft_phase(self) -> None:
         return None  # nothing to run: drafting is a lookup
@@ -71,18 +71,17 @@ class SuffixDecoder(SpeculativeDecoder):
             index.extend(pending[-missing:])
         D, W, V = self.shape.depth, self.shape.width, self.shape.verify
         tokens, parents, depth, logp = [pending[-1]], [-1], [0], [0.0]
-        self.branches, self.node_branch = [], [(-1, 0)]
+        self.proposals = []
         for rank, proposal in enumerate(index.propose(min(D, V), W)):
             taken = proposal.tokens[: 1 + V - len(tokens)]
             if not taken:
                 break
-            self.branches.append((proposal.match, len(taken)))
+            self.proposals.append(Proposal(proposal.match, taken))
             for i, token in enumerate(taken):
                 parents.append(0 if i == 0 else len(tokens) - 1)
                 tokens.append(token)
                 depth.append(i + 1)
                 logp.append(-(i + 1) - 1e-3 * rank)  # a path's nodes rank before its later ones
-                self.node_branch.append((rank, i + 1))
         pad = 1 + V - len(tokens)
         tree = TokenTree(torch.tensor(tokens + [0] * pad, device=self.device),
                          torch.tensor(parents + [-1] * pad, device=self.device),
@@ -100,20 +99,13 @@ class SuffixDecoder(SpeculativeDecoder):
         return self.verify_sampled(draft, n, GREEDY, None)
 
     def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
-        drafted = sum(length for _, length in self.branches)  # the tokens proposed, not the shape's V
+        drafted = sum(len(p.tokens) for p in self.proposals)  # the tokens proposed, not the shape's V
         super().record(max_depth, drafted, n_accepted)
 
     def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
         pass  # no drafter cache to move
 
     def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
-        self.record_matches(last_id)
+        self.drafter.rates.record_outcome(self.proposals, new)
         self.drafter.index.extend(new)
         return new[-1:]
-
-    def record_matches(self, last_id: int) -> None:
-        """Each branch's acceptance, by the length of the match that proposed it (every branch's first token is
-        checked against the verifier's choice; the accepted branch's tokens up to the first rejected one)."""
-        accepted_rank, accepted = self.node_branch[last_id]
-        for rank, (match, length) in enumerate(self.branches):
-            self.drafter.rates.record(match, length, accepted if rank == accepted_rank else 0)

@@ -1,0 +1,136 @@
+"""Suffix branches beside a drafter model's: one tree holding both, verified in one call (`yggc run --with-suffix`).
+
+Each iteration the model's draft tree (its EGT) gets the text's suffix-match continuations merged in
+(yggc/tree/suffix_match.py): a branch follows the nodes that already hold its tokens and adds new ones where it
+departs. A suffix node is priced at the measured chance that a match of its length is accepted so far
+(MatchRates: the first token's rate times the later tokens' rate per further depth); nodes below `min_chance`
+are not added. Pruning ranks model and suffix nodes on one scale (exp(cum_logp): the drafter's probability, or
+the suffix price). How many to verify: with the bundle's profiled costs, the count that makes the most expected
+tokens per ms (verifier rows are not free: on a 2-core AVX2 CPU 12 rows of SmolLM2 cost 2.5x one); without
+them, the shape's V plus the nodes the branches added. Verification is the host rule on the merged tree (greedy argmax; at T > 0 the
+point-mass multi-draft rule, exact for any fixed tree), so the output stays the verifier's.
+
+A path that leaves the model's nodes ends in tokens the drafter never ran on: the next iteration feeds them
+to it first (SpeculativeDecoder.catch_up), so its cache reads as if it had decoded them.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ...plan.shape import TreeShape
+from ...tree.prune import best_verify_count
+from ...tree.sampling import SamplingParams
+from ...tree.token_tree import TokenTree
+from ..draft import Draft
+from ..speculative import SpeculativeDecoder
+from .suffix_drafter import SuffixDrafter
+
+GREEDY = SamplingParams()
+BRANCHES_SHAPE = TreeShape(6, 2, 8)  # tokens per branch, branches, suffix nodes added at most
+MIN_CHANCE = 0.2  # a suffix node whose estimated acceptance is below this is not worth its verifier row
+
+
+class SuffixBranches:
+    """Mixin before a model decoder class (with_suffix_branches): its drafts get the suffix branches merged in."""
+
+    suffix: SuffixDrafter
+    branches_shape: TreeShape
+    min_chance: float
+    iteration_ms: Callable[[int], float] | None
+    proposals: list  # the last draft's suffix proposals (yggc.tree.suffix_match.Proposal)
+
+    def nodes_needed(self) -> int:
+        return super().nodes_needed() + self.branches_shape.verify
+
+    def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
+        self.suffix.restart(prompt_ids)
+        return super().prefill_models(prompt_ids, start)
+
+    def draft_tree(self, pending: list[int], n: int) -> Draft:
+        return self.with_branches(super().draft_tree(pending, n), pending, n)
+
+    def draft_tree_constrained(self, pending: list[int], n: int) -> Draft:
+        return self.with_branches(super().draft_tree_constrained(pending, n), pending, n)
+
+    def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
+        # point-mass: the greedy-grown tree and the branches, verified by the multi-draft rule (verify_sampled)
+        return self.draft_tree(pending, n)
+
+    def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
+        return self.verify_sampled(draft, n, GREEDY, None)
+
+    def with_branches(self, draft: Draft, pending: list[int], n: int) -> Draft:
+        """`draft` (the model's tree from root pending[-1] at slot n) with the suffix branches merged in."""
+        index = self.suffix.index
+        missing = n + 1 - len(index.tokens)  # the index holds the n + 1 committed tokens, the root last
+        if missing > 0:
+            index.extend(pending[-missing:])
+        D, W, V = self.branches_shape.depth, self.branches_shape.width, self.branches_shape.verify
+        self.proposals = index.propose(D, W)
+        t = draft.tree
+        tokens, parents = t.tokens[:t.n_nodes].tolist(), t.parents[:t.n_nodes].tolist()
+        depth, cum = t.depth[:t.n_nodes].tolist(), t.cum_logp[:t.n_nodes].tolist()
+        n_head = len(tokens)
+        child = {(parents[i], tokens[i]): i for i in range(1, n_head)}
+        for proposal in self.proposals:
+            node = 0
+            for i, token in enumerate(proposal.tokens):
+                chance = self.suffix.rates.chance(proposal.match, i + 1)
+                if chance < self.min_chance:
+                    break
+                logp = math.log(chance)
+                nxt = child.get((node, token))
+                if nxt is None:
+                    if len(tokens) - n_head == V:
+                        break
+                    nxt = child[(node, token)] = len(tokens)
+                    tokens.append(token), parents.append(node), depth.append(depth[node] + 1), cum.append(logp)
+                cum[nxt] = max(cum[nxt], logp)
+                node = nxt
+        if len(tokens) == n_head and self.iteration_ms is None:
+            return draft
+        on = {"device": t.tokens.device}
+        tree = TokenTree(torch.tensor(tokens, **on), torch.tensor(parents, **on), torch.tensor(depth, **on),
+                         torch.tensor(cum, dtype=t.cum_logp.dtype, **on), len(tokens))
+        if self.iteration_ms is None:
+            verify = min(self.shape.verify, n_head - 1) + len(tokens) - n_head
+        else:
+            verify = best_verify_count(ranked_values(parents, depth, cum), self.iteration_ms)
+        return Draft(tree, None, draft.n_fed, tree.ancestor_mask(), verify=verify)
+
+    def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
+        self.suffix.rates.record_outcome(self.proposals, new)
+        self.suffix.index.extend(new[:-1])  # the bonus token (the next root) joins with the next draft
+        parents = draft.tree.parents.tolist()
+        path, node = [], last_id
+        while node > 0:
+            path.append(node)
+            node = parents[node]
+        return self.pending_after(new, sum(i < draft.n_fed for i in path))
+
+
+def ranked_values(parents: list[int], depth: list[int], cum_logp: list[float]) -> list[float]:
+    """The non-root nodes' chances of acceptance, best first, in prune.rank_nodes' order (a node's value is the
+    least along its path, so every prefix is a rooted subtree); parents precede their children in id order."""
+    key = list(cum_logp)
+    for i in range(1, len(key)):
+        key[i] = min(key[i], key[parents[i]])
+    order = sorted(range(1, len(key)), key=lambda i: (-key[i], depth[i], i))
+    return [math.exp(key[i]) for i in order]
+
+
+def with_suffix_branches(decoder: SpeculativeDecoder, suffix: SuffixDrafter | None = None,
+                         shape: TreeShape = BRANCHES_SHAPE, min_chance: float = MIN_CHANCE,
+                         iteration_ms: Callable[[int], float] | None = None) -> SpeculativeDecoder:
+    """`decoder` (of any drafter kind) drafting the suffix branches beside its model's from now on; `shape`: tokens
+    per branch, branches, suffix nodes added at most. iteration_ms(r): what an iteration verifying r nodes costs (a
+    bundle's profile, plan.cost_model.iteration_cost): each draft then verifies the number of its best nodes that
+    makes the most tokens per ms; None: the shape's V plus every suffix node added."""
+    decoder.__class__ = type(f"SuffixBranches{type(decoder).__name__}", (SuffixBranches, type(decoder)), {})
+    decoder.suffix, decoder.branches_shape, decoder.min_chance = suffix or SuffixDrafter(), shape, min_chance
+    decoder.iteration_ms = iteration_ms
+    decoder.proposals = []
+    return decoder
