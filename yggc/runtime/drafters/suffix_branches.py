@@ -56,20 +56,28 @@ class SuffixBranches:
         return self.with_branches(super().draft_tree_constrained(pending, n), pending, n)
 
     def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
-        # point-mass: the greedy-grown tree and the branches, verified by the multi-draft rule (verify_sampled)
+        """T > 0: with suffix proposals, the greedy-grown tree and the branches, verified by the point-mass
+        multi-draft rule; without, the model's own sampled draft and its rule (the rule follows the draft)."""
+        if not self.propose(pending, n):
+            return super().draft_sampled(pending, n, params, gen)
         return self.draft_tree(pending, n)
 
     def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
         return self.verify_sampled(draft, n, GREEDY, None)
 
-    def with_branches(self, draft: Draft, pending: list[int], n: int) -> Draft:
-        """`draft` (the model's tree from root pending[-1] at slot n) with the suffix branches merged in."""
+    def propose(self, pending: list[int], n: int) -> list:
+        """The suffix proposals after root pending[-1] at slot n (kept for record_outcome)."""
         index = self.suffix.index
         missing = n + 1 - len(index.tokens)  # the index holds the n + 1 committed tokens, the root last
         if missing > 0:
             index.extend(pending[-missing:])
-        D, W, V = self.branches_shape.depth, self.branches_shape.width, self.branches_shape.verify
-        self.proposals = index.propose(D, W)
+        self.proposals = index.propose(self.branches_shape.depth, self.branches_shape.width)
+        return self.proposals
+
+    def with_branches(self, draft: Draft, pending: list[int], n: int) -> Draft:
+        """`draft` (the model's tree from root pending[-1] at slot n) with the suffix branches merged in."""
+        V = self.branches_shape.verify
+        self.propose(pending, n)
         t = draft.tree
         tokens, parents = t.tokens[:t.n_nodes].tolist(), t.parents[:t.n_nodes].tolist()
         depth, cum = t.depth[:t.n_nodes].tolist(), t.cum_logp[:t.n_nodes].tolist()
