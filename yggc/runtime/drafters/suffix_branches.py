@@ -26,9 +26,8 @@ from ...tree.sampling import SamplingParams
 from ...tree.token_tree import TokenTree
 from ..draft import Draft
 from ..speculative import SpeculativeDecoder
-from .suffix_drafter import SuffixDrafter
+from .suffix_drafter import GREEDY, SuffixDrafter
 
-GREEDY = SamplingParams()
 BRANCHES_SHAPE = TreeShape(6, 2, 8)  # tokens per branch, branches, suffix nodes added at most
 MIN_CHANCE = 0.2  # a suffix node whose estimated acceptance is below this is not worth its verifier row
 
