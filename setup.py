@@ -9,12 +9,12 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     # graphs/ and passes/ live at the top of the repo but install under the yggc namespace only.
-    packages=["yggc", "yggc.tree", "yggc.plan", "yggc.bundle", "yggc.runtime", "yggc.bench", "yggc.cli",
-              "yggc.serve", "yggc.train", "yggc.graphs", "yggc.passes"],
+    packages=["yggc", "yggc.tree", "yggc.plan", "yggc.bundle", "yggc.artifacts", "yggc.runtime", "yggc.runtime.drafters", "yggc.bench", "yggc.cli",
+              "yggc.serve", "yggc.train", "yggc.graphs", "yggc.passes", "yggc.passes.kernels"],
     package_dir={"yggc": "yggc", "yggc.graphs": "graphs", "yggc.passes": "passes"},
     package_data={"yggc": ["demo_pair/*.json", "demo_pair/*.txt", "demo_pair/*/*.json", "demo_pair/*/*.safetensors",
                            "smollm2_drafter/*.json", "smollm2_drafter/*.txt", "smollm2_drafter/*.safetensors",
-                           "smollm2_eagle3/*.json", "smollm2_eagle3/*.safetensors", "runtime/kernels/*.cpp"]},
+                           "smollm2_eagle3/*.json", "smollm2_eagle3/*.safetensors", "artifacts/kernels/*.cpp"]},
     install_requires=[
         "torch>=2.11,<2.14",  # 2.11 on the GPU machine; CI installs the 2.13.0 CPU wheel first
         "numpy>=1.24",

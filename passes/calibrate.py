@@ -16,14 +16,14 @@ from pathlib import Path
 
 import torch
 
+from ..artifacts.cache_layout import CacheLayout
+from ..artifacts.timing import median_ms
 from ..errors import YggcError
 from ..plan.calibration import TreeSample, acceptance_rates, as_tree_sample
 from ..plan.depth_predictor import root_features
 from ..plan.shape import TreeShape
-from ..runtime.cache_layout import CacheLayout
 from ..runtime.drafters import speculative_decoder
 from ..runtime.speculative import Draft, SpeculativeDecoder
-from ..runtime.timing import median_ms
 from ..tree.recursive_rejection import acceptance_probs
 from ..tree.sampling import SamplingParams, next_token
 

@@ -1,11 +1,11 @@
-"""Compile side of runtime/constants_map.py: a package compiled with its constants out of its library, and
+"""Compile side of artifacts/constants_map.py: a package compiled with its constants out of its library, and
 the constants Inductor compiled it against written beside it, each ALIGN-aligned in the file.
 
 Inductor serialises a package's constants from its graph lowering (`AotCodeCompiler.compile(graph, ...)`); with
 `aot_inductor.package_constants_in_so` off it writes none of them, and the ones freezing made (packed GEMM
 weights) have no name a caller could look them up by. `captured()` records them, by the internal names the
 package binds, as that call receives them. Such a package crashes the process if called unbound: load it with
-runtime.aoti_package.load_package, which binds the file beside it.
+artifacts.aoti_package.load_package, which binds the file beside it.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from torch._inductor.codecache import AotCodeCompiler
 from torch.export import ExportedProgram
 
-from ..runtime.constants_map import ALIGN, LAYOUT_KEY, constants_path
+from ..artifacts.constants_map import ALIGN, LAYOUT_KEY, constants_path
 
 
 @contextmanager

@@ -19,7 +19,7 @@ import yggc
 
 from ..errors import YggcError
 
-CHILD = ("import sys; from pathlib import Path; from yggc.runtime.aoti_package import load_package; "
+CHILD = ("import sys; from pathlib import Path; from yggc.artifacts.aoti_package import load_package; "
          "load_package(Path(sys.argv[1]), cuda=sys.argv[2] == 'cuda')")
 TIMEOUT_S = 300
 

@@ -20,16 +20,17 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 
+from ..artifacts import kernel_ops
 from ..bundle.machine import device_kind
 from ..bundle.manifest import OptLevel
 from ..graphs import LlamaGraph
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
-from ..runtime import kernel_ops
 from ..runtime.verify_phase import GreedyVerifyPhase
-from . import avx2_bf16_gemm, avx512_bf16_gemm, external_constants, kernel_library, tied_head
+from . import external_constants, tied_head
 from .frozen_export import FrozenForward
+from .kernels import avx2_bf16_gemm, avx512_bf16_gemm, kernel_library
 
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
 # being inlined into every consumer. Inductor's CPU default (30) inlines RoPE'd queries and attention's

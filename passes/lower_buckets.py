@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..artifacts.buckets import CompiledModel, bucket_name, load_bucket
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime.autoregressive import PREFILL_CHUNK
-from ..runtime.buckets import CompiledModel, bucket_name, load_bucket
 from ..runtime.drafters import kind_of, speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import rank_world

@@ -1,6 +1,6 @@
 """Lower pass, TensorRT backend: one torch-tensorrt engine package per (model, width) forward bucket.
 
-The graph is exported with its KV caches as inputs (yggc/runtime/tensorrt_buckets.py), compiled with
+The graph is exported with its KV caches as inputs (yggc/artifacts/tensorrt_buckets.py), compiled with
 `torch_tensorrt.dynamo.compile` for the cache-view range [2, max_seq], and saved in the AOTInductor
 format. CUDA only. The export step is checked on CPU by the tests; the TensorRT compile and save are
 unverified here (no GPU) and follow the documented torch-tensorrt API.
@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from torch.export import Dim
 
+from ..artifacts.tensorrt_buckets import require_tensorrt
 from ..graphs import LlamaGraph
-from ..runtime.tensorrt_buckets import require_tensorrt
 from .lower import example_inputs
 
 

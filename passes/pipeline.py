@@ -17,6 +17,7 @@ from pathlib import Path
 from safetensors.torch import save_file
 from tqdm import tqdm
 
+from ..artifacts.buckets import CompiledModel
 from ..bundle.machine import device_kind
 from ..bundle.manifest import OptLevel
 from ..errors import YggcError
@@ -25,7 +26,6 @@ from ..plan.objective import StageCosts
 from ..plan.shape import TreeShape
 from ..runtime import loading
 from ..runtime.autoregressive import AutoregressiveDecoder
-from ..runtime.buckets import CompiledModel
 from ..runtime.drafters import (
     check_drafter,
     compiled_model,

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import torch
 
+from ..artifacts.cache_layout import CacheLayout, causal_rows
+from ..artifacts.device import cuda_properties
+from ..artifacts.timing import median_ms, steady_ms, steady_ms_each
 from ..plan.cost_model import fit_cost_curve
 from ..plan.shape import TreeShape
-from ..runtime.cache_layout import CacheLayout, causal_rows
-from ..runtime.device import cuda_properties
 from ..runtime.loading import device_scope, model_device
 from ..runtime.speculative import SpeculativeDecoder
-from ..runtime.timing import median_ms, steady_ms, steady_ms_each
 from ..tree.prune import prune_topk
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_greedy

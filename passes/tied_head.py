@@ -20,10 +20,10 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ..artifacts import kernel_ops
 from ..bundle.manifest import OptLevel
 from ..graphs.packed_table import PackedEmbedding, pack_table
-from ..runtime import kernel_ops
-from . import kernel_library
+from .kernels import kernel_library
 
 
 class PackedHead(nn.Module):

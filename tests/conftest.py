@@ -62,9 +62,9 @@ def checkpoint(ckpt_root):
 def demo_runtime():
     """An eager (uncompiled) yggc.Runtime over the shipped demo pair (its verifier has a chat template), tree
     (3, 2, 5), 512-token context. Compiling the demo bundle takes minutes."""
+    from yggc.artifacts.buckets import CompiledModel
     from yggc.plan.shape import TreeShape
     from yggc.runtime import drafters, loading
-    from yggc.runtime.buckets import CompiledModel
     from yggc.runtime.runtime import Runtime
 
     verifier_dir, drafter_dir = loading.demo_pair_dirs()
@@ -79,7 +79,7 @@ def tiny_pair(ckpt_root):
     32-slot caches: (verifier graph, drafter graph, layout). Module scope: sampling tests advance the caches."""
     from yggc.graphs import load_model
 
-    from yggc.runtime.cache_layout import CacheLayout
+    from yggc.artifacts.cache_layout import CacheLayout
 
     layout = CacheLayout(32)
     v, d = ckpt_root / "tiny_v", ckpt_root / "tiny_d"

@@ -1,7 +1,8 @@
 """The layout's import rules, read from the AST of every module (nothing is imported to check them).
 
 graphs <- tree <- plan <- runtime <- passes / bench / serve / train <- cli; bundle beside them (imported by runtime
-and passes, importing neither). Each rule names the packages a package may import from yggc. The package never
+and passes, importing neither); artifacts (compiled packages and buckets) under the runtime and the passes, importing
+neither. Each rule names the packages a package may import from yggc. The package never
 imports a tools/ script nor edits sys.path: tools/ may import yggc, never the reverse.
 No two modules share a file name (yggc/cli/'s modules, named after their commands, excepted).
 """
@@ -21,6 +22,7 @@ ALLOWED = {
     "yggc.tree": ("yggc.tree", "yggc.errors", "yggc.compat"),
     "yggc.plan": ("yggc.plan", "yggc.tree", "yggc.errors", "yggc.compat"),
     "yggc.bundle": ("yggc.bundle", "yggc.errors", "yggc.compat", "yggc"),  # "yggc" itself for __version__
+    "yggc.artifacts": ("yggc.artifacts", "yggc.tree", "yggc.bundle", "yggc.errors", "yggc.compat"),
     "yggc.serve": ("yggc.serve", "yggc.runtime", "yggc.bundle", "yggc.errors", "yggc"),
     "yggc.train": ("yggc.train", "yggc.graphs", "yggc.runtime", "yggc.errors"),
 }
@@ -136,6 +138,8 @@ def test_a_lazy_import_cycle_is_caught():
     ("yggc.runtime.runtime", "from ..train.loop import train_model", "yggc.runtime never imports"),
     ("yggc.train.eagle3_head", "from ..passes.pipeline import compile_bundle", "yggc.train may import only"),
     ("yggc.train.loop", "from ..cli.main import main", "nothing imports yggc.cli"),
+    ("yggc.artifacts.buckets", "from ..runtime.trace import StageTrace", "yggc.artifacts may import only"),
+    ("yggc.artifacts.aoti_package", "from ..passes.lower import lower", "yggc.artifacts may import only"),
 ])
 def test_a_forbidden_import_is_caught(importer, line, rule):
     g = import_graph()

@@ -24,10 +24,10 @@ import torch
 from yggc.passes.lower import lower_model
 from yggc.passes.profile import bucket_call
 
+from yggc.artifacts.buckets import CompiledModel
+from yggc.artifacts.cache_layout import prefill
+from yggc.artifacts.timing import steady_ms_each
 from yggc.runtime import loading
-from yggc.runtime.buckets import CompiledModel
-from yggc.runtime.cache_layout import prefill
-from yggc.runtime.timing import steady_ms_each
 
 GEMM_NAME = re.compile(r"gemm_m\w*?n(\d+)k(\d+)")
 

@@ -11,10 +11,10 @@ from yggc.graphs import load_model
 from yggc.graphs.fuzzy import FuzzyDrafter, fuzzy_groups
 from yggc.graphs.tensor_parallel import load_tp_model
 
+from yggc.artifacts.cache_layout import CacheLayout, causal_rows, prefill
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.cache_layout import CacheLayout, causal_rows, prefill
-from yggc.runtime.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
+from yggc.runtime.drafters.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
 from yggc.runtime.tp_processes import process_group
 from yggc.tree.sampling import SamplingParams
 

@@ -14,9 +14,9 @@ from safetensors.torch import load_file, save_file
 from yggc.graphs import CheckpointError, load_config, load_model
 from yggc.graphs.tensor_parallel import load_tp_model, local_config
 
+from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.runtime.tp_processes import process_group
 from yggc.tree.sampling import SamplingParams

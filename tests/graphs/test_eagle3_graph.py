@@ -16,7 +16,7 @@ from yggc.graphs.eagle3_checkpoint import (
     save_fusion,
 )
 
-from yggc.runtime.cache_layout import causal_rows
+from yggc.artifacts.cache_layout import causal_rows
 
 PUBLIC = {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d", "midlayer.input_layernorm.weight",
           "midlayer.hidden_norm.weight", "midlayer.post_attention_layernorm.weight",

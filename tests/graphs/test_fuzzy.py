@@ -4,7 +4,7 @@ import torch
 from yggc.graphs import load_model
 from yggc.graphs.fuzzy import FuzzyDrafter, fuzzy_groups
 
-from yggc.runtime.cache_layout import CacheLayout, causal_rows
+from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 
 
 def test_the_papers_sets_for_32_layers_in_fours():

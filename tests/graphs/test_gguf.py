@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 from yggc.graphs import CheckpointError, load_model, load_tokenizer
 from yggc.graphs.gguf_import import cached_import, import_gguf
 
+from yggc.artifacts.cache_layout import causal_rows
 from yggc.cli.main import main
 from yggc.runtime import loading
-from yggc.runtime.cache_layout import causal_rows
 
 CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
           "'<|endoftext|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")

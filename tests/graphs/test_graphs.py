@@ -4,8 +4,8 @@ import torch
 from checkpoints import CONFIGS
 from yggc.graphs import CheckpointError, load_config, load_model
 
+from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.tree.sampling import SamplingParams
 
 transformers = pytest.importorskip("transformers")

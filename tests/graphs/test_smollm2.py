@@ -14,11 +14,11 @@ from safetensors.torch import load_file, save_file
 from yggc.graphs import load_model
 from yggc.graphs.gguf_import import cached_import
 
+from yggc.artifacts.cache_layout import causal_rows
 from yggc.pinned_models import CACHE, MODELS
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters, loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.cache_layout import causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams
 

@@ -1,4 +1,4 @@
-"""The attention kernel ops (yggc/runtime/kernels/attend_rows.cpp): they compute masked GQA attention, and
+"""The attention kernel ops (yggc/artifacts/kernels/attend_rows.cpp): they compute masked GQA attention, and
 a row's bits do not depend on how many rows share the call or on which cache slots hold its keys. v2 (what new
 packages call) scores bf16 with VDPBF16PS where the CPU has it (kernels/pair_scores.cpp); v1 stays for older
 packages."""
@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from yggc.passes import kernel_library
+from yggc.passes.kernels import kernel_library
 
-from yggc.runtime import kernel_ops
+from yggc.artifacts import kernel_ops
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,4 +1,4 @@
-"""yggc's bf16 micro-kernels in O2's C++ GEMM template (passes/avx512_bf16_gemm.py, passes/avx2_bf16_gemm.py):
+"""yggc's bf16 micro-kernels in O2's C++ GEMM template (passes/kernels/avx512_bf16_gemm.py, passes/kernels/avx2_bf16_gemm.py):
 each is ranked first exactly where its ISA applies; compiled, their fp32 sums of bf16 products are right,
 and rows are bit-identical whatever the row count. The AVX2 kernel runs on every x86 CPU with AVX2 (Inductor
 compiles for AVX2 at simdlen 256), and its sums are exactly the sequential fp32 sums."""
@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 import torch
-from yggc.passes import avx2_bf16_gemm, avx512_bf16_gemm
+from yggc.passes.kernels import avx2_bf16_gemm, avx512_bf16_gemm
 
 pytestmark = pytest.mark.skipif(not (avx512_bf16_gemm.register() and avx2_bf16_gemm.register()),
                                 reason="this torch's Inductor has another API")

@@ -5,9 +5,9 @@ import pytest
 import torch
 from yggc.passes import external_constants
 
+from yggc.artifacts.aoti_package import load_package
+from yggc.artifacts.constants_map import ALIGN, LAYOUT_KEY, constants_path, read_constants
 from yggc.errors import YggcError
-from yggc.runtime.aoti_package import load_package
-from yggc.runtime.constants_map import ALIGN, LAYOUT_KEY, constants_path, read_constants
 
 
 class Affine(torch.nn.Module):

@@ -1,14 +1,14 @@
-"""Kernel libraries of different yggc versions in one process (runtime/kernel_ops.py): the library registers its
+"""Kernel libraries of different yggc versions in one process (artifacts/kernel_ops.py): the library registers its
 ops on request, each only if the process has not got it, so a bundle of this version loads beside one of an
 older version (whose library registers every op as it loads, and aborts a process that holds any of them)."""
 import subprocess
 import sys
 
 import pytest
-from yggc.passes import kernel_library
+from yggc.passes.kernels import kernel_library
 
+from yggc.artifacts import kernel_ops
 from yggc.errors import YggcError
-from yggc.runtime import kernel_ops
 
 # an older library: registers its two v1 ops as it loads (static registration), with stand-in kernels
 OLD_LIBRARY = """
@@ -27,7 +27,7 @@ TORCH_LIBRARY_IMPL(yggc, CPU, m) {
 
 BOTH_ORDERS = """
 import sys, torch
-from yggc.runtime import kernel_ops
+from yggc.artifacts import kernel_ops
 old, new = sys.argv[1:3]
 for library in (old, new) if sys.argv[3] == "old first" else (new, old):
     kernel_ops.load(library)

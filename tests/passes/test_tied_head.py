@@ -1,4 +1,4 @@
-"""The tied-head kernel op (yggc/runtime/kernels/tied_head.cpp) and its table layout (passes/tied_head.py):
+"""The tied-head kernel op (yggc/artifacts/kernels/tied_head.cpp) and its table layout (passes/tied_head.py):
 embedding rows gathered from the packed blocks are the table's rows, the head's logits are the product with
 the table, and a row's bits do not depend on how many rows share the call or where the row sits. Both block
 widths (16 and 64 columns) on whatever CPU runs the tests: the library takes either."""
@@ -6,9 +6,9 @@ widths (16 and 64 columns) on whatever CPU runs the tests: the library takes eit
 import pytest
 import torch
 from yggc.graphs.packed_table import gather_rows, pack_table
-from yggc.passes import kernel_library
+from yggc.passes.kernels import kernel_library
 
-from yggc.runtime import kernel_ops
+from yggc.artifacts import kernel_ops
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,6 +17,7 @@ from yggc.passes.calibrate import (
 )
 from yggc.passes.choose_shape import candidate_shapes, choose_shape
 
+from yggc.artifacts.cache_layout import CacheLayout
 from yggc.errors import YggcError
 from yggc.plan.calibration import (
     TreeSample,
@@ -30,7 +31,6 @@ from yggc.plan.cost_model import CostCurve
 from yggc.plan.objective import StageCosts, rank_shapes
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.cache_layout import CacheLayout
 from yggc.tree.egt import egt_tree
 from yggc.tree.prune import prune_topk
 from yggc.tree.sampling import SamplingParams

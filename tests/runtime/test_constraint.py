@@ -12,11 +12,11 @@ from tokenizers import Tokenizer
 from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eagle3
 
+from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.constraint import GrammarCompiler, GrammarSpec
 from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
 from yggc.runtime.speculative import SpeculativeDecoder

@@ -3,9 +3,9 @@ import pytest
 import torch
 from checkpoints import write_checkpoint
 
+from yggc.artifacts.device import resolve_device
 from yggc.cli.main import main
 from yggc.errors import YggcError
-from yggc.runtime.device import resolve_device
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
@@ -18,7 +18,7 @@ def test_cuda_request_without_gpu_is_one_clear_error(capsys):
 
 @pytest.mark.cuda
 def test_cuda_graph_replay_equals_direct_calls():
-    from yggc.runtime.cuda_graphs import CudaGraphRunner
+    from yggc.artifacts.cuda_graphs import CudaGraphRunner
 
     w = torch.randn(64, 64, device="cuda")
     runner = CudaGraphRunner(lambda x: torch.relu(x @ w))
@@ -31,7 +31,7 @@ def test_cuda_graph_replay_equals_direct_calls():
 
 @pytest.mark.cuda
 def test_cuda_properties():
-    from yggc.runtime.device import cuda_properties
+    from yggc.artifacts.device import cuda_properties
 
     props = cuda_properties()
     assert props["sm_count"] > 0 and props["capability"].startswith("sm_")

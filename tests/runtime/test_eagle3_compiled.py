@@ -22,13 +22,13 @@ from yggc.passes import contention, tied_head
 from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
+from yggc.artifacts.cache_inputs import HeadBucket
+from yggc.artifacts.cache_layout import causal_rows
+from yggc.artifacts.constants_map import SUFFIX as CONSTANTS_SUFFIX
 from yggc.cli.main import main
 from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
-from yggc.runtime.cache_inputs import HeadBucket
-from yggc.runtime.cache_layout import causal_rows
-from yggc.runtime.constants_map import SUFFIX as CONSTANTS_SUFFIX
 from yggc.runtime.drafters.eagle3_decoder import Eagle3Decoder
 from yggc.tree.sampling import SamplingParams
 

@@ -8,10 +8,10 @@ from test_speculative import N_SAMPLES, chi2_pvalue, decode, exact_two, first_tw
 from yggc.graphs import load_model
 from yggc.graphs.fuzzy import FuzzyDrafter, fuzzy_groups
 
+from yggc.artifacts.cache_layout import CacheLayout, prefill
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.cache_layout import CacheLayout, prefill
-from yggc.runtime.fuzzy_decoder import FuzzyDecoder
+from yggc.runtime.drafters.fuzzy_decoder import FuzzyDecoder
 from yggc.tree.sampling import SamplingParams
 
 LAYOUT = CacheLayout(160)

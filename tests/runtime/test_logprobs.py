@@ -5,8 +5,8 @@ import pytest
 import torch
 from decoder_kinds import KINDS, VOCAB
 
+from yggc.artifacts.cache_layout import causal_rows
 from yggc.runtime import prompt_cache
-from yggc.runtime.cache_layout import causal_rows
 from yggc.runtime.logprobs import token_logprobs
 from yggc.tree.sampling import SamplingParams
 

@@ -8,9 +8,9 @@ import torch
 from checkpoints import write_checkpoint
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
+from yggc.artifacts.cache_layout import causal_rows
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
-from yggc.runtime.cache_layout import causal_rows
 
 pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
 

@@ -11,11 +11,11 @@ from yggc.passes import tied_head
 from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
+from yggc.artifacts.cache_layout import causal_rows
+from yggc.artifacts.constants_map import constants_path
 from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
-from yggc.runtime.cache_layout import causal_rows
-from yggc.runtime.constants_map import constants_path
 
 pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
 
@@ -91,7 +91,7 @@ def test_float32_package_holds_each_weight_once_shares_the_cache_and_keeps_rows_
     from yggc.graphs import load_model
     from yggc.passes.lower import lower_model
 
-    from yggc.runtime.buckets import load_forward_bucket
+    from yggc.artifacts.buckets import load_forward_bucket
 
     src = write_checkpoint(tmp_path / "wide", "llama_wide_vocab")
     graph, ref = load_model(src, 65), load_model(src, 65)  # float32: packed in its own dtype on every ISA
@@ -114,7 +114,7 @@ def test_bf16_package_holds_a_tied_table_once(tmp_path, monkeypatch):
     from yggc.graphs import load_model
     from yggc.passes.lower import lower_model
 
-    from yggc.runtime.buckets import load_forward_bucket
+    from yggc.artifacts.buckets import load_forward_bucket
 
     monkeypatch.setattr(tied_head, "kernel_is_fastest", lambda: True)
     src = write_checkpoint(tmp_path / "tied", "llama_wide_tied")

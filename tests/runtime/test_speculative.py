@@ -9,9 +9,9 @@ from scipy.stats import chisquare
 from trees import CyclingPolicy
 from yggc.graphs import load_model
 
+from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.cache_layout import CacheLayout, causal_rows
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams, target_probs
 

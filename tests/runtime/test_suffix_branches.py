@@ -11,10 +11,10 @@ from test_speculative import N_SAMPLES, chi2_pvalue, decode, exact_two, first_tw
 from test_suffix_drafter import repeating_prompt
 from yggc.graphs import load_model
 
+from yggc.artifacts.cache_layout import CacheLayout, prefill
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import PREFILL_CHUNK, AutoregressiveDecoder
-from yggc.runtime.cache_layout import CacheLayout, prefill
 from yggc.runtime.drafters.suffix_branches import ranked_values, with_suffix_branches
 from yggc.runtime.drafters.suffix_drafter import SuffixDrafter
 from yggc.runtime.speculative import SpeculativeDecoder

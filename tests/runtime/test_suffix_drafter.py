@@ -6,9 +6,9 @@ from checkpoints import CONFIGS, write_checkpoint
 from test_speculative import N_SAMPLES, chi2_pvalue, decode, exact_two, first_two_after_root
 from yggc.graphs import load_model
 
+from yggc.artifacts.cache_layout import CacheLayout
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.cache_layout import CacheLayout
 from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
 from yggc.tree.sampling import SamplingParams
 

@@ -1,11 +1,11 @@
 """StageTrace: per-iteration medians and the Chrome trace, on an eager decoder (no timing asserted)."""
 import torch
 
+from yggc.artifacts.buckets import CompiledModel
 from yggc.plan.bundle_plan import TimelineSlot
 from yggc.plan.shape import TreeShape
 from yggc.runtime import loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.drafters import load_pair, speculative_decoder
 from yggc.tree.sampling import SamplingParams
 

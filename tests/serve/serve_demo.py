@@ -11,10 +11,10 @@ import time
 
 import torch
 
+from yggc.artifacts.buckets import CompiledModel
 from yggc.cli.main import main
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters, loading
-from yggc.runtime.buckets import CompiledModel
 from yggc.runtime.runtime import Runtime
 
 

@@ -6,7 +6,7 @@ from checkpoints import write_checkpoint
 from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import new_eagle3
 
-from yggc.runtime.cache_layout import causal_rows
+from yggc.artifacts.cache_layout import causal_rows
 from yggc.train import eagle3_head
 from yggc.train.presets import DRAFTER_PRESETS
 from yggc.train.stdlib_prompts import build_pairs

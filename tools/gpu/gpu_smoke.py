@@ -10,7 +10,7 @@ Before any section that lowers packages, a toolchain row names the C++ compiler 
 (passes/toolchain.py); the sections build with it.
 
   device       GPU, torch/CUDA/triton; CudaGraphRunner replay == direct call                 (check)
-  cuda-python  yggc.runtime.device.cuda_properties() via cuda.bindings; peak vs measured bandwidth
+  cuda-python  yggc.artifacts.device.cuda_properties() via cuda.bindings; peak vs measured bandwidth
   aoti-load    two packages of a tiny Llama loaded, called and graph-captured step by step, one row each
                (gpu_smoke_load.py; aoti-load-pageout, only when named: the same, paging out CUDA mappings too)
   aoti-variants  only when named: five packages that differ in one thing each (weights in or out of the
@@ -136,7 +136,7 @@ def sec_curve(ctx: Context, which: str) -> Iterator[Row]:
 def sec_device(ctx: Context) -> Iterator[Row]:
     import torch
 
-    from yggc.runtime.cuda_graphs import CudaGraphRunner
+    from yggc.artifacts.cuda_graphs import CudaGraphRunner
 
     p = torch.cuda.get_device_properties(0)
     yield Row("device", "gpu", f"{p.name}, {p.total_memory / 2**30:.1f} GiB, sm_{p.major}{p.minor}, "
@@ -155,12 +155,12 @@ def sec_device(ctx: Context) -> Iterator[Row]:
 
 
 def sec_cuda_python(ctx: Context) -> Iterator[Row]:
-    from yggc.runtime.device import cuda_properties
+    from yggc.artifacts.device import cuda_properties
 
     s = "cuda-python"
     yield Row(s, "packages", ", ".join(f"{d} {version_of(d)}" for d in ("cuda-python", "cuda-bindings", "cuda-core")))
     try:
-        from cuda.bindings import runtime  # noqa: F401  (what yggc.runtime.device imports)
+        from cuda.bindings import runtime  # noqa: F401  (what yggc.artifacts.device imports)
         missing = ""
     except ImportError as e:
         missing = one_line(e)
@@ -185,7 +185,7 @@ def sec_tensorrt(ctx: Context) -> Iterator[Row]:
     import torch
     from yggc.passes.lower_tensorrt import lower_bucket_tensorrt
 
-    from yggc.runtime.buckets import CompiledModel
+    from yggc.artifacts.buckets import CompiledModel
     from yggc.runtime.loading import demo_pair_dirs, load
 
     yield Row("tensorrt", "torch-tensorrt", torch_tensorrt.__version__)

@@ -45,7 +45,7 @@ def tiny_packages(ctx: Context, device: str) -> tuple[object, dict[int, Path]]:
 
 def page_out_every_new_mapping() -> None:
     """Make yggc's loader page out every file mapping a load adds, device files and writable ones too."""
-    from yggc.runtime import file_pages
+    from yggc.artifacts import file_pages
 
     def every_mapping() -> set[tuple[int, int, str]]:
         with open(file_pages.MAPS) as f:
@@ -70,8 +70,8 @@ def sec_aoti_load(ctx: Context, pageout_all: bool, device: str = "cuda") -> Iter
     """Lower, then load and call the two packages the way a bundle load does, one row per step."""
     import torch
 
-    from yggc.runtime.aoti_package import load_package
-    from yggc.runtime.buckets import CompiledModel, capture_cuda_graphs, load_bucket
+    from yggc.artifacts.aoti_package import load_package
+    from yggc.artifacts.buckets import CompiledModel, capture_cuda_graphs, load_bucket
 
     s = "aoti-load-pageout" if pageout_all else "aoti-load"
     t0 = time.time()

@@ -72,7 +72,7 @@ class Ungraphed:
     """CompiledModel's width dispatch without CUDA graphs: the AOTInductor packages called directly."""
 
     def __init__(self, graph, packages: dict[int, Path]):
-        from yggc.runtime.buckets import load_bucket
+        from yggc.artifacts.buckets import load_bucket
 
         self.graph, self.cfg = graph, graph.cfg
         self.runners = {w: load_bucket(p, graph) for w, p in packages.items()}
@@ -83,7 +83,7 @@ class Ungraphed:
 
 def variants(graph, packages: dict[int, Path]) -> dict[str, Callable[[], object]]:
     """The graph eager, its buckets called directly, and its buckets through CUDA graphs (the runtime's)."""
-    from yggc.runtime.buckets import CompiledModel
+    from yggc.artifacts.buckets import CompiledModel
 
     return dict(zip(VARIANTS, (lambda: graph, lambda: Ungraphed(graph, packages),
                                lambda: CompiledModel(graph, packages))))
@@ -130,8 +130,8 @@ def host_share_row(section: str, rt, prompt: list[int], iterations: int = 30) ->
     call is synchronised, so its GPU time counts as inside)."""
     import torch
 
+    from yggc.artifacts.cache_layout import prefill
     from yggc.runtime.autoregressive import PREFILL_CHUNK, StopPolicy
-    from yggc.runtime.cache_layout import prefill
     from yggc.tree.sampling import SamplingParams
 
     dec, layout, inside = rt.decoder(speculative=True), rt.verifier.layout, [0.0]

@@ -94,7 +94,7 @@ def llama_case(folder: Path, device: str, opt: str, overrides: dict) -> None:
     import torch
     from yggc.passes.lower import lower_bucket, lower_model
 
-    from yggc.runtime.buckets import graph_constants
+    from yggc.artifacts.buckets import graph_constants
     from yggc.runtime.loading import load
 
     graph = load(write_random_llama(TINY_LLAMA, folder / "ckpt", device), torch.float32, MAX_SEQ, device).graph
@@ -123,7 +123,7 @@ def load_and_call(folder: Path, device: str) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from yggc.runtime import kernel_ops
+    from yggc.artifacts import kernel_ops
 
     kernel_ops.load_beside(folder / "package.pt2")  # CPU packages call yggc's attention op
     runner = torch._inductor.aoti_load_package(str(folder / "package.pt2"))

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch
 
+from ..artifacts.timing import median_ms
 from ..runtime.autoregressive import AutoregressiveDecoder
-from ..runtime.timing import median_ms
 from ..tree.sampling import SamplingParams
 from .model_cache import Models
 from .rows import Row, median, sampling_params

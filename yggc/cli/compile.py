@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..artifacts.device import resolve_device
 from ..bundle.manifest import OptLevel
 from ..errors import YggcError
 from ..runtime import loading
-from ..runtime.device import resolve_device
 from .run import tp_world, tree_shape
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def check_target(args: argparse.Namespace) -> None:
         raise YggcError("--backend tensorrt lowers one engine per width; use it with --opt O1 (the cuda default)")
     resolve_device(args.device)
     if args.backend == "tensorrt":
-        from ..runtime.tensorrt_buckets import require_tensorrt
+        from ..artifacts.tensorrt_buckets import require_tensorrt
 
         require_tensorrt()
 
@@ -107,7 +107,7 @@ def compile_pair(args: argparse.Namespace) -> tuple[Path, Path]:
 def warn_if_busy() -> None:
     import torch
 
-    from ..runtime.timing import busy_warning
+    from ..artifacts.timing import busy_warning
 
     warning = busy_warning(torch.get_num_threads())
     if warning:

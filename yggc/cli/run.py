@@ -49,7 +49,7 @@ def eager_decoder(args: argparse.Namespace):
     if drafter is None:
         return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
     if args.draft_parallel == "fuzzy":
-        from ..runtime.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
+        from ..runtime.drafters.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
 
         fuzzy = fuzzy_drafter(drafter.graph, args.fuzzy_layers or max(2, tp_world(args)), args.fuzzy_span)
         return verifier, FuzzyDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), fuzzy,
@@ -126,7 +126,7 @@ def set_threads(threads: int | None, prog: str = "yggc") -> None:
     """--threads, and a warning when other processes leave too few idle cores for the threads."""
     import torch
 
-    from ..runtime.timing import busy_warning
+    from ..artifacts.timing import busy_warning
 
     if threads:
         torch.set_num_threads(threads)

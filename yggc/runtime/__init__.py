@@ -1,7 +1,8 @@
-"""Decoding: Runtime, the autoregressive and speculative decoders, the fused draft/verify phases, the
-KV cache layout, compiled buckets and their backends (Inductor, CUDA graphs, TensorRT), devices.
+"""Decoding: Runtime, the autoregressive and speculative decoders, the drafter kinds (drafters/), the draft and
+verify phases, chat templates, the trace. Compiled buckets and their backends live below, in yggc.artifacts.
 
-May import yggc.graphs, yggc.tree, yggc.plan and yggc.bundle; never yggc.passes, yggc.bench, yggc.serve or yggc.cli.
+May import yggc.graphs, yggc.tree, yggc.plan, yggc.bundle and yggc.artifacts; never yggc.passes, yggc.bench,
+yggc.serve or yggc.cli.
 """
 __all__ = ["Runtime"]
 

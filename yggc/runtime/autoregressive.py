@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import torch
 
+from ..artifacts.cache_layout import CacheLayout, causal_rows, prefill
 from ..errors import YggcError
 from ..tree.sampling import SamplingParams, next_token
 from . import prompt_cache
-from .cache_layout import CacheLayout, causal_rows, prefill
 from .constraint import Constraint
 from .loading import device_scope, model_device
 from .logprobs import TokenLogprob, token_logprobs

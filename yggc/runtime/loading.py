@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from ..artifacts.cache_layout import CacheLayout, view_align
 from ..errors import YggcError
 from ..graphs import LlamaGraph, load_config, load_model, load_tokenizer
-from .cache_layout import CacheLayout, view_align
 from .chat import ChatTemplate, load_chat_template
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}

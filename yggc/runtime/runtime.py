@@ -19,6 +19,8 @@ from pathlib import Path
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from ..artifacts.buckets import CompiledModel, load_bucket
+from ..artifacts.device import resolve_device
 from ..bundle import Manifest, OptLevel, validate_bundle
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, read_plan
@@ -30,10 +32,8 @@ from ..tree.sampled_egt import RANK_ACCEPTANCE
 from ..tree.sampling import SamplingParams
 from . import drafters, loading
 from .autoregressive import AutoregressiveDecoder
-from .buckets import CompiledModel, load_bucket
 from .constraint import Constraint, GrammarCompiler, GrammarSpec
 from .detokenize import StreamDecoder
-from .device import resolve_device
 from .drafters.suffix_branches import with_suffix_branches
 from .drafters.suffix_drafter import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 from .logprobs import TokenLogprob

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 
 import torch
 
+from ..artifacts.cache_layout import CacheLayout, prefill
+from ..artifacts.timing import NoTrace
 from ..errors import YggcError
 from ..plan.depth_predictor import root_features
 from ..plan.shape import HEAD_WIDTH, TreeShape
@@ -29,7 +31,6 @@ from ..tree.traversal import verify_tree_traversal
 from ..tree.verification import verify_greedy, verify_tree_sampling
 from . import prompt_cache
 from .autoregressive import PREFILL_CHUNK, AutoregressiveDecoder, StopPolicy, check_prompt
-from .cache_layout import CacheLayout, prefill
 from .constraint import Constraint, path_to
 from .draft import Draft
 from .draft_phase import DraftPhase, align_vocab
@@ -37,7 +38,7 @@ from .loading import device_scope, model_device
 from .logprobs import TokenLogprob, token_logprobs
 from .sampled_drafting import SampledDrafting
 from .stats import DecodeStats
-from .trace import NoTrace, StageTrace
+from .trace import StageTrace
 from .verify_phase import GreedyVerifyPhase
 
 # rules for a tree grown from drafter samples (T > 0, W > 1); point-mass verifies the greedy-grown tree instead

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..plan.bundle_plan import TimelineSlot
@@ -36,13 +36,6 @@ def host_ms(phase: Span, inside: list[Span]) -> float:
         return 0.0
     calls = sum(s.ms for s in inside if s.track == "models" and phase.start_s <= s.start_s and s.end_s <= phase.end_s)
     return max(0.0, phase.ms - calls)
-
-
-class NoTrace:
-    """The default: spans cost one attribute lookup and a null context."""
-
-    def span(self, name: str, track: str, width: int | None = None):
-        return nullcontext()
 
 
 class StageTrace:

@@ -5,7 +5,7 @@ Every refusal is an ApiError rendered as OpenAI's error JSON with its 4xx: a for
 body that is not JSON (guards.py), a body too large or nested too deep, bad or unsupported parameters,
 an unknown model, a prompt longer than the context, a full queue, a wrong API key, an unknown route.
 Parsing, templating and tokenizing run in a worker thread, so the event loop keeps streaming while a
-long prompt is read; the decode thread's model calls let go of the GIL (runtime/aoti_package.py), so the loop
+long prompt is read; the decode thread's model calls let go of the GIL (artifacts/aoti_package.py), so the loop
 runs while the model does. A stream's 200 goes out when its job starts decoding: a request refused while it
 waits (503 at shutdown) gets its status. A client that disconnects cancels its job (see worker.py).
 """

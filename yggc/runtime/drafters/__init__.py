@@ -16,12 +16,12 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from ...artifacts.buckets import CompiledModel
+from ...artifacts.cache_inputs import CacheInputBucket
+from ...artifacts.cache_layout import CacheLayout
 from ...bundle import OptLevel
 from ...plan.shape import TreeShape
 from ...tree.rules import ChainRule, TreeRule
-from ..buckets import CompiledModel
-from ..cache_inputs import CacheInputBucket
-from ..cache_layout import CacheLayout
 from ..loading import LoadedModel, load
 from ..speculative import SpeculativeDecoder
 from .eagle3_kind import Eagle3Kind

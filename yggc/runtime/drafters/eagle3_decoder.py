@@ -13,11 +13,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...artifacts.cache_layout import CacheLayout, causal_rows
 from ...tree.egt import egt_from_root, egt_frontier, egt_step
 from ...tree.token_tree import tree_mask
 from .. import prompt_cache
 from ..autoregressive import PREFILL_CHUNK
-from ..cache_layout import CacheLayout, causal_rows
 from ..speculative import SpeculativeDecoder
 from ..verify_phase import GreedyVerifyPhase
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ...artifacts.cache_inputs import CacheInputBucket, HeadBucket
 from ...errors import YggcError
 from ...graphs import load_config
 from ...graphs.eagle3 import Eagle3Graph
 from ...graphs.eagle3_checkpoint import check_eagle3_pair, is_eagle3, load_eagle3, load_eagle3_config
 from ...graphs.packed_table import PackedEmbedding
 from ...plan.shape import TreeShape
-from ..cache_inputs import CacheInputBucket, HeadBucket
 from ..loading import LoadedModel
 from .eagle3_decoder import Eagle3Decoder, Eagle3DraftPhase, FeatureVerifyPhase
 

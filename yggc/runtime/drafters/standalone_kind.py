@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ...artifacts.cache_inputs import CacheInputBucket
 from ...graphs import check_pair
 from ...plan.shape import TreeShape
-from ..cache_inputs import CacheInputBucket
 from ..draft_phase import DraftPhase
 from ..loading import LoadedModel, load
 from ..speculative import SpeculativeDecoder

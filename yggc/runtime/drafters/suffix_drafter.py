@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import torch
 
+from ...artifacts.cache_layout import CacheLayout, prefill
 from ...plan.shape import TreeShape
 from ...tree.sampling import SamplingParams
 from ...tree.suffix_match import MatchRates, Proposal, SuffixIndex
 from ...tree.token_tree import TokenTree
 from .. import prompt_cache
 from ..autoregressive import PREFILL_CHUNK
-from ..cache_layout import CacheLayout, prefill
 from ..draft import Draft
 from ..speculative import SpeculativeDecoder
 

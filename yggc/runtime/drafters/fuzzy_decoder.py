@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import YggcError
-from ..graphs.fuzzy import FuzzyDrafter, fuzzy_groups
-from ..graphs.llama import LlamaGraph
-from ..plan.shape import TreeShape
-from ..tree.rules import ChainRule, TreeRule
-from ..tree.token_tree import tree_mask
-from .cache_layout import CacheLayout
-from .draft import Draft
-from .draft_phase import DraftPhase, align_vocab
-from .speculative import SpeculativeDecoder
-from .tp_processes import rank_world
+from ...artifacts.cache_layout import CacheLayout
+from ...errors import YggcError
+from ...graphs.fuzzy import FuzzyDrafter, fuzzy_groups
+from ...graphs.llama import LlamaGraph
+from ...plan.shape import TreeShape
+from ...tree.rules import ChainRule, TreeRule
+from ...tree.token_tree import tree_mask
+from ..draft import Draft
+from ..draft_phase import DraftPhase, align_vocab
+from ..speculative import SpeculativeDecoder
+from ..tp_processes import rank_world
 
 
 class FuzzyDecoder(SpeculativeDecoder):

@@ -5,11 +5,11 @@ import time
 
 import pytest
 import torch
-from yggc.passes import kernel_library
+from yggc.passes.kernels import kernel_library
 
+from yggc.artifacts import kernel_ops
+from yggc.artifacts.aoti_package import BoundLoader, load_package
 from yggc.errors import YggcError
-from yggc.runtime import kernel_ops
-from yggc.runtime.aoti_package import BoundLoader, load_package
 
 
 class OneOutput(torch.nn.Module):

@@ -21,7 +21,7 @@ from .aoti_package import load_package
 from .cache_inputs import CacheInputBucket
 from .cache_layout import VIEW_ALIGN
 from .cuda_graphs import CudaGraphRunner
-from .trace import NoTrace
+from .timing import NoTrace
 
 
 def bucket_name(model: str, width: int) -> str:

@@ -1,9 +1,10 @@
-"""Wall-clock medians with warm-up, shared by the profile pass and the benchmarks."""
+"""Wall-clock medians with warm-up, shared by the profile pass and the benchmarks, and the tracer that times nothing."""
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 
 def median_ms(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> float:
@@ -48,3 +49,11 @@ def busy_warning(threads: int) -> str | None:
         return (f"load average {load:.1f} on {cores} cores and {threads} torch threads; timings will be noisy "
                 "or much slower")
     return None
+
+
+class NoTrace:
+    """The default tracer of compiled models and decoders: spans cost one attribute lookup and a null context
+    (yggc/runtime/trace.py's StageTrace records them)."""
+
+    def span(self, name: str, track: str, width: int | None = None):
+        return nullcontext()

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from yggc.runtime.file_pages import file_mappings, page_out, pages_out_after
+from yggc.artifacts.file_pages import file_mappings, page_out, pages_out_after
 
 
 def kernel_version() -> tuple[int, int]:

@@ -1,4 +1,4 @@
-// Registration of yggc's CPU ops, on request: runtime/kernel_ops.py calls yggc_register_ops() after it opens the
+// Registration of yggc's CPU ops, on request: artifacts/kernel_ops.py calls yggc_register_ops() after it opens the
 // library, and each op is registered only if the process has not got it (it may hold another build's already;
 // defining an op twice aborts a process, which is why nothing here registers as the library loads).
 //

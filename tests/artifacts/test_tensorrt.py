@@ -6,12 +6,12 @@ from checkpoints import write_checkpoint
 from yggc.graphs import load_model
 from yggc.passes.lower_tensorrt import export_cache_as_inputs
 
+from yggc.artifacts.aoti_package import Package
+from yggc.artifacts.buckets import CompiledModel
+from yggc.artifacts.cache_inputs import CacheInputBucket
+from yggc.artifacts.cache_layout import CacheLayout
 from yggc.cli.main import main
-from yggc.runtime.aoti_package import Package
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.buckets import CompiledModel
-from yggc.runtime.cache_inputs import CacheInputBucket
-from yggc.runtime.cache_layout import CacheLayout
 from yggc.tree.sampling import SamplingParams
 
 

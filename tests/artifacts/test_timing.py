@@ -1,8 +1,8 @@
-"""yggc.runtime.timing.steady_ms_each on a fake clock: the calls take turns, and each key's time is its best
+"""yggc.artifacts.timing.steady_ms_each on a fake clock: the calls take turns, and each key's time is its best
 round's median, so a slow spell in one round does not price one width above the others."""
 import pytest
 
-from yggc.runtime import timing
+from yggc.artifacts import timing
 
 
 def test_calls_take_turns_and_a_slow_round_is_dropped(monkeypatch):

@@ -1,8 +1,8 @@
-"""Build yggc's CPU kernel library (yggc/runtime/kernels/*.cpp: the attention and tied-head ops) for this CPU.
+"""Build yggc's CPU kernel library (yggc/artifacts/kernels/*.cpp: the attention and tied-head ops) for this CPU.
 
 The library is compiled once per source, torch build and CPU capability with the C++ compiler Inductor
 already needs, cached under ~/.cache/yggc/kernels, and copied beside every CPU package lowered with it
-(runtime.kernel_ops.load_beside loads it from there). -march=native, as Inductor's own kernels: the
+(artifacts.kernel_ops.load_beside loads it from there). -march=native, as Inductor's own kernels: the
 bundle's ISA fingerprint already ties it to CPUs like this one.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch.utils import cpp_extension
 
-from ..errors import YggcError
-from ..runtime import kernel_ops
+from ...artifacts import kernel_ops
+from ...errors import YggcError
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "yggc" / "kernels"
 CAPABILITY_MACROS = {"AVX512": "-DCPU_CAPABILITY_AVX512", "AVX2": "-DCPU_CAPABILITY_AVX2"}  # ATen's vec headers

@@ -9,8 +9,8 @@
 //
 // The arithmetic, per CPU the library is built for (-march=native):
 // - with AVX512-BF16: VDPBF16PS, one k pair per instruction, in k order, from zero, as the GEMM template's
-//   micro-kernel there (passes/avx512_bf16_gemm.py), whose bits it gives;
-// - else the AVX2 micro-kernel's (passes/avx2_bf16_gemm.py): fp32 FMAs, k then k + 1, in k order, from zero
+//   micro-kernel there (passes/kernels/avx512_bf16_gemm.py), whose bits it gives;
+// - else the AVX2 micro-kernel's (passes/kernels/avx2_bf16_gemm.py): fp32 FMAs, k then k + 1, in k order, from zero
 //   (without AVX2, the same FMAs one lane at a time: the same bits).
 // Either way a sum never depends on the row count or on the row's place in the call, so each row's logits are
 // bit-identical whatever the width. The logits stay float32, as Inductor's fused epilogue of a bf16 head
