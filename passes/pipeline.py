@@ -103,14 +103,14 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     costs = StageCosts.from_profile(measured)
     record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase
     shape, plan = choose_shape(candidates, costs)
-    step(f"chose D={shape.depth} W={shape.width} V={shape.verify} "
+    step(f"chose {shape} "
          f"(estimated {plan.objective.speedup:.2f}x)")
     if spec.temperature > 0:  # a second plan, for sampling at that temperature
         sampled, record["sampling"] = calibrate(compiled["verifier"], compiled["drafter"], layout,
                                                 loaded["verifier"].tokenizer, spec, step, sampled=True)
         plan = replace(plan, sampling=sampling_plan(sampled, record["sampling"], costs, spec))
         best = plan.sampling.shape
-        step(f"chose D={best.depth} W={best.width} V={best.verify} for T={spec.temperature:g} "
+        step(f"chose {best} for T={spec.temperature:g} "
              f"(estimated {plan.sampling.objective.speedup:.2f}x)")
     return Calibrated(shape, plan, record, forward, candidates, samples, costs)
 
@@ -281,7 +281,7 @@ def profile_pass(s: CompileState, note: Note) -> str:
     if "contention" in s.profile:
         s.log(f"yggc compile: warning: {contention_line(s.profile['contention'])}")
     s.writer.write_json("profile.json", s.profile)
-    return f"profiled D={s.shape.depth} W={s.shape.width} V={s.shape.verify}: stages and phases"
+    return f"profiled {s.shape}: stages and phases"
 
 
 def decode_check_pass(s: CompileState, note: Note) -> None:

@@ -18,7 +18,6 @@ from ..plan.bundle_plan import BundlePlan
 from ..plan.shape import TreeShape
 from ..plan.stages import StageCosts
 from ..runtime.runtime import Runtime
-from .report import shape_label
 from .side_by_side import DecodedRow
 
 
@@ -45,7 +44,7 @@ def ablation_table(rows: dict[str, DecodedRow], shapes: dict[str, TreeShape | No
              "equal to AR |", "|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         shape = shapes[name]
-        label = shape_label(shape) if shape else ("-" if name == "ar" else "per iteration")
+        label = shape.short if shape else ("-" if name == "ar" else "per iteration")
         est = f"{stages.iteration_ms(shape):.2f}" if shape and stages else "-"
         iteration, bubble = row.median("iteration_ms"), row.median("host_bubble_ms")
         lines.append(f"| {name} | {label} | {statistics.median(row.tpot_ms):.2f} | {statistics.mean(row.accepted):.2f} "

@@ -30,7 +30,7 @@ from .llama_cpp import llama_cpp_row, require_llama_cpp
 from .model_cache import Models, cached_bundles
 from .openvino import openvino_row, require_openvino_genai
 from .prompt_sets import check_fits, make_prompts
-from .report import efficiency_lines, plot, require_matplotlib, shape_label, summary_lines, table, to_json
+from .report import efficiency_lines, plot, require_matplotlib, summary_lines, table, to_json
 from .rows import Row, Runner, Sample, reference_row, sampling_params
 from .runners import have_transformers, hf_runner, require_transformers, yggc_runner
 from .suite import (
@@ -55,9 +55,9 @@ def tune_shape(name: str, shapes: Iterable[TreeShape], make: Callable[[TreeShape
         run(prompt, min(n, 8), params)
         times[shape] = run(prompt, n, params).tpot_ms
     best = min(times, key=times.get)
-    log(f"{name} tuning (TPOT ms): " + ", ".join(f"{shape_label(s)} {t:.2f}" for s, t in times.items())
-        + f" -> {shape_label(best)}")
-    return best, {shape_label(s): t for s, t in times.items()}
+    log(f"{name} tuning (TPOT ms): " + ", ".join(f"{s.short} {t:.2f}" for s, t in times.items())
+        + f" -> {best.short}")
+    return best, {s.short: t for s, t in times.items()}
 
 
 def yggc_row(name: str, decoder, runs_as: str) -> Row:
@@ -100,15 +100,15 @@ class RowFactory:
             return yggc_row(name, rt.decoder(speculative=False), "compiled buckets")
         if name == "yggc-suffix":
             dec = m.runtime.suffix_decoder()
-            return yggc_row(name, dec, f"compiled verifier, suffix drafts {shape_label(dec.shape)}")
+            return yggc_row(name, dec, f"compiled verifier, suffix drafts {dec.shape.short}")
         if name in ("yggc-chain", "yggc-tree-static"):
             shape = self.tuned(name)
-            return yggc_row(name, m.spec_decoder(shape), f"eager {shape_label(shape)} (tuned)")
+            return yggc_row(name, m.spec_decoder(shape), f"eager {shape.short} (tuned)")
         if name in ("yggc-full", "yggc-full-suffix"):
             rt, sampling, branches = m.runtime, not self.cfg.greedy, name == "yggc-full-suffix"
             shape, speculate = rt.sampling_plan if sampling and rt.sampling_plan else (rt.shape, rt.speculate)
             plan = "sampling plan" if sampling and rt.sampling_plan else "bundle plan"
-            runs_as = (f"compiled {shape_label(shape)} ({plan})" if speculate
+            runs_as = (f"compiled {shape.short} ({plan})" if speculate
                        else f"compiled AR ({plan}: its tree priced or measured slower)")
             if branches and speculate:
                 runs_as += " + suffix branches"

@@ -15,7 +15,6 @@ from ..plan.shape import TreeShape
 from ..runtime import loading
 from ..runtime.drafters import load_drafter, speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
-from .report import shape_label
 from .runners import require_transformers
 from .suite import BenchConfig, log
 
@@ -38,7 +37,7 @@ def cached_bundles(cfg: BenchConfig) -> list[Path]:
 
 def compile_bundle_subprocess(cfg: BenchConfig, shape: TreeShape, out: Path) -> None:
     """`yggc compile` in a child process, so the compiler's memory stays out of this one's RSS."""
-    log(f"compiling a bundle for {shape_label(shape)} into {out} (a few minutes, once per pair and shape)")
+    log(f"compiling a bundle for {shape.short} into {out} (a few minutes, once per pair and shape)")
     cmd = [sys.executable, "-m", "yggc.cli", "compile", "-m", str(cfg.verifier), "-md", str(cfg.drafter),
            "--depth", str(shape.depth), "--width", str(shape.width), "--verify", str(shape.verify),
            "--dtype", cfg.dtype, "--max-seq", str(cfg.max_seq), "-o", str(out), "--overwrite"]

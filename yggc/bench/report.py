@@ -29,14 +29,8 @@ import torch
 
 from .. import __version__
 from ..errors import YggcError
-from ..plan.shape import TreeShape
 from .rows import Row, mean_accepted, median, p90
 from .suite import BenchConfig
-
-
-def shape_label(shape: TreeShape) -> str:
-    return f"D{shape.depth} W{shape.width} V{shape.verify}"
-
 
 
 def machine_line() -> str:
@@ -146,7 +140,7 @@ def to_json(cfg: BenchConfig, rows: list[Row], floor: dict | None, tuning: dict,
     return {
         "machine": machine_line(), "argv": sys.argv, "prompt_source": source,
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(cfg).items()
-                   if k not in ("tree_grid",)} | {"tree_grid": [shape_label(s) for s in cfg.tree_grid]},
+                   if k not in ("tree_grid",)} | {"tree_grid": [s.short for s in cfg.tree_grid]},
         "floor": floor, "tuning": tuning, "target_efficiency": target_efficiency(rows),
         "rows": [{"name": r.name, "runs_as": r.runs_as, "rss_mb": r.rss_mb, "rss_delta_mb": r.rss_delta_mb,
                   "verify_ms": r.verify_ms, "mismatches": r.mismatches,

@@ -21,7 +21,6 @@ from ..runtime.runtime import Runtime
 from ..tree.block_verification import block_outcome, tokenwise_outcome
 from ..tree.recursive_rejection import acceptance_probs
 from ..tree.traversal import traversal_outcome
-from .report import shape_label
 from .suite import parse_shape
 
 RULES = ("chain", "point-mass", "rrs", "rrs-q", "traversal")
@@ -86,16 +85,16 @@ def compare_rules(rt: Runtime, runs: list[tuple[str, TreeShape]], prompts: list[
                   repeats: int, exact: bool = False) -> dict[str, dict[str, float]]:
     """Row name -> measure(): greedy AR and plan once, then per temperature AR, the sampling plan and each run."""
     results = {"ar": measure(rt, rt.decoder(speculative=False), prompts, n, 0.0, 1),
-               f"greedy plan {shape_label(rt.shape)}": measure(rt, rt.decoder(speculative=True), prompts, n, 0.0, 1)}
+               f"greedy plan {rt.shape.short}": measure(rt, rt.decoder(speculative=True), prompts, n, 0.0, 1)}
     for temp in temps:
         results[f"T={temp} ar"] = measure(rt, rt.decoder(speculative=False), prompts, n, temp, repeats)
         if rt.sampling_plan:  # what a T > 0 request runs: the plan of `yggc compile --temp`
             shape, speculate = rt.sampling_plan
-            label = shape_label(shape) if speculate else "(no speculation)"
+            label = shape.short if speculate else "(no speculation)"
             results[f"T={temp} sampling plan {label}"] = measure(rt, rt.decoder(sampling=True), prompts, n, temp,
                                                                  repeats)
         for rule, shape in runs:
-            results[f"T={temp} {rule} {shape_label(shape)}"] = measure(
+            results[f"T={temp} {rule} {shape.short}"] = measure(
                 rt, sampling_decoder(rt, rule, shape), prompts, n, temp, repeats, exact)
     return results
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from ..plan.shape import TreeShape
 from ..runtime.runtime import Runtime
 from ..tree.sampling import SamplingParams
-from .report import shape_label
 
 
 @dataclass
@@ -47,9 +46,9 @@ def decode_rows(decoders: dict, prompts: list[list[int]], n: int, repeats: int, 
 
 def shape_decoders(rt: Runtime, shapes: list[TreeShape]) -> dict:
     """Compiled AR, the bundle's plan (with its depth predictor, if any) and each forced shape."""
-    plan = f"plan {shape_label(rt.shape)}{' + depth predictor' if rt.policy else ''}"
+    plan = f"plan {rt.shape.short}{' + depth predictor' if rt.policy else ''}"
     return {"compiled AR": rt.decoder(speculative=False), plan: rt.decoder()} | {
-        shape_label(s): rt.decoder(shape=s) for s in shapes}
+        s.short: rt.decoder(shape=s) for s in shapes}
 
 
 def shapes_table(rows: dict[str, DecodedRow], bubble: bool = False) -> str:

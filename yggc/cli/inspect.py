@@ -10,7 +10,6 @@ from ..bundle import load_manifest
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, BundlePlan, MeasuredSpeedup, StageEstimate, StagePlan, read_plan
 from ..plan.cost_model import CostCurve
-from ..plan.shape import TreeShape
 
 
 def read_bundle_json(root: Path, name: str) -> dict:
@@ -79,15 +78,10 @@ def print_speedups(plan: BundlePlan) -> None:
               + (f", {decoded.speedup:.2f}x (decoding calibration text)" if decoded else ""))
 
 
-def shape_label(s: TreeShape) -> str:
-    """D=3 W=2 V=5"""
-    return f"D={s.depth} W={s.width} V={s.verify}"
-
-
 def print_adaptive(record: AdaptivePlan) -> None:
     """The depth predictor's candidate shapes and whether it beat the best constant shape."""
     if record.shapes is not None:
-        shapes = ", ".join(map(shape_label, record.shapes))
+        shapes = ", ".join(map(str, record.shapes))
         print(f"  depth predictor: {'used' if record.used else 'not used'}, one shape per depth: {shapes}")
     held = record.held_out_tokens_per_ms
     if held:
@@ -115,7 +109,7 @@ def print_plan(plan: BundlePlan) -> None:
         print(f"  objective: {best.tokens_per_iter:.2f} tokens/iteration, {best.iteration_ms:.3f} ms/iteration, "
               f"estimated {best.speedup:.2f}x over the verifier alone")
         for c in plan.candidates[1:5]:
-            print(f"    next: {shape_label(c.shape)}: {c.tokens_per_iter:.2f} tokens/iteration, "
+            print(f"    next: {c.shape}: {c.tokens_per_iter:.2f} tokens/iteration, "
                   f"estimated {c.speedup:.2f}x")
     if plan.adaptive:
         print_adaptive(plan.adaptive)
@@ -132,12 +126,12 @@ def print_plan(plan: BundlePlan) -> None:
         best = sampling.objective
         verdict = "speculation on" if sampling.speculate else "speculation OFF"
         checked = f", decoded {sampling.decoded.speedup:.2f}x" if sampling.decoded else ""
-        print(f"  sampling plan (T={sampling.temperature:g}, used by requests at T > 0): {shape_label(sampling.shape)}, "
+        print(f"  sampling plan (T={sampling.temperature:g}, used by requests at T > 0): {sampling.shape}, "
               f"{best.tokens_per_iter:.2f} expected tokens/iteration, estimated {best.speedup:.2f}x{checked} ({verdict})")
 
 
 def plan_label(p: StageEstimate) -> str:
-    text = f"{p.variant} on {p.assignment} cores, {shape_label(p.shape)}: {p.iteration_ms:.3f} ms/iteration"
+    text = f"{p.variant} on {p.assignment} cores, {p.shape}: {p.iteration_ms:.3f} ms/iteration"
     if p.ms_per_token is not None:
         text += f", {p.ms_per_token:.3f} ms/token"
     return text + ("" if p.executable else " (estimate only: the runtime does not run this plan yet)")

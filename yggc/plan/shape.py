@@ -18,6 +18,15 @@ class TreeShape:
     width: int  # W: new nodes per draft step
     verify: int  # V: draft nodes sent to the verifier
 
+    def __str__(self) -> str:
+        """D=3 W=2 V=5, as the CLI's lines name a shape."""
+        return f"D={self.depth} W={self.width} V={self.verify}"
+
+    @property
+    def short(self) -> str:
+        """D3 W2 V5, as benchmark tables name a shape."""
+        return f"D{self.depth} W{self.width} V{self.verify}"
+
     @property
     def n_nodes(self) -> int:
         """Nodes of the full tree: the root plus D*W drafts."""

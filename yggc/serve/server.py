@@ -42,7 +42,7 @@ def bind(host: str, port: int) -> socket.socket:
 def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int) -> str:
     branches = " + suffix branches" if settings.suffix_branches else ""
     mode = ("suffix drafts" if settings.suffix
-            else f"tree D={runtime.shape.depth} W={runtime.shape.width} V={runtime.shape.verify}{branches}"
+            else f"tree {runtime.shape}{branches}"
             if runtime.speculate
             else "autoregressive (the plan's verdict)")
     url_host = f"[{host}]" if ":" in host else host
