@@ -51,9 +51,12 @@ def check_greedy(make_decoder, verifier, prompt, n=60, shapes=SHAPES) -> int:
     beyond_model = 0
     for shape, branches in shapes:
         dec = hybrid(make_decoder(TreeShape(*shape)), branches)
+        verified, score = [], dec.score_draft  # the nodes each verifier call checked (kept ids less the root)
+        dec.score_draft = lambda draft, n: (out := score(draft, n), verified.append(len(out[0]) - 1))[0]
         assert decode(dec, prompt, n=n) == ref, f"{shape} {branches}"
         st = dec.stats
         assert st.n_generated == n and sum(st.accepted_lengths) == st.n_accept
+        assert st.n_drafted == sum(verified) >= st.n_accept  # the acceptance rate counts what was verified
         assert st.n_generated == 1 + st.n_accept + st.n_iterations or st.stop_reason == "max tokens"
         beyond_model += sum(k > shape[0] for k in st.accepted_lengths)
     return beyond_model

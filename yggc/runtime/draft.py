@@ -18,3 +18,8 @@ class Draft:
     anc: torch.Tensor  # [N, N] ancestor-or-self mask
     q_rows: torch.Tensor | None = None  # [N, vocab] a sampled tree's drafter distribution after each node
     verify: int | None = None  # nodes to verify at most (None: the shape's V; suffix branches change it)
+
+    def n_verified(self, shape_verify: int) -> int:
+        """Draft nodes the verifier checks: the draft's own count (suffix branches set it) or else the shape's V,
+        at most every drafted node."""
+        return min(shape_verify if self.verify is None else self.verify, self.tree.n_nodes - 1)

@@ -223,8 +223,7 @@ class SpeculativeDecoder(SampledDrafting):
         """The draft pruned to V nodes and scored by the verifier -> (kept ids [V+1], their subtree, the
         verifier's logits on it [V+1, vocab]); writes the verifier's K/V at slots n.. only."""
         ranked = draft.tree if self.constraint is None else self.constraint.ranked(draft.tree)
-        V = self.shape.verify if draft.verify is None else draft.verify
-        kept = prune_topk(ranked, min(V, ranked.n_nodes - 1))  # a draft may hold fewer than V
+        kept = prune_topk(ranked, draft.n_verified(self.shape.verify))  # a draft may hold fewer than V
         sub = draft.tree.subtree(kept)
         slots = n + torch.arange(kept.shape[0])
         sub_anc = draft.anc[kept][:, kept]  # kept holds every kept node's ancestors: the subtree's own mask
@@ -323,7 +322,7 @@ class SpeculativeDecoder(SampledDrafting):
                 new, last_id, max_depth = (self.verify_greedy(draft, n) if fused
                                            else self.verify_sampled(draft, n, params, gen))
         k = len(new) - 1
-        self.record(max_depth, self.shape.verify, k)
+        self.record(max_depth, draft.n_verified(self.shape.verify), k)
         return new, n + 1 + k, self.next_pending(new, last_id, draft)
 
     def fallback_step(self, root: int, n: int, params, gen, stop) -> tuple[list[int], int, list[int]]:
