@@ -112,9 +112,10 @@ def test_branches_are_priced_by_measured_acceptance(pair_paths):
         assert 0.0 < rates.rate(match) < 1.0 and 0.0 < rates.rate(match, later=True) < 1.0
 
 
-# the text ends 2 3: suffix branches 4 2 3 .. and 1 2 3 ..; or no repeat (the model's sampled tree and its rule)
-@pytest.mark.parametrize("prompt", [[2, 3, 4, 2, 3, 1, 2], [1, 5, 2]])
-@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(0.7, top_p=0.9)])
+# the text ends 2 3: suffix branches 4 2 3 .. and 1 2 3 .. (the greedy tree, point-mass rule); or no repeat (the
+# model's sampled tree and its rule)
+@pytest.mark.parametrize("params, prompt", [(SamplingParams(temperature=1.0), [2, 3, 4, 2, 3, 1, 2]),
+                                            (SamplingParams(0.7, top_p=0.9), [1, 5, 2])])
 def test_sampling_matches_verifier_distribution(tiny_pair, params, prompt):
     verifier, drafter, layout = tiny_pair
     root = 3

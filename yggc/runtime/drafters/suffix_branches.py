@@ -15,6 +15,7 @@ to it first (SpeculativeDecoder.catch_up), so its cache reads as if it had decod
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -129,6 +130,12 @@ def ranked_values(parents: list[int], depth: list[int], cum_logp: list[float]) -
     return [math.exp(key[i]) for i in order]
 
 
+@functools.cache
+def branches_class(kind: type) -> type:
+    """The decoder class `kind` with SuffixBranches before it in the MRO; one class per kind, made once."""
+    return type(f"SuffixBranches{kind.__name__}", (SuffixBranches, kind), {})
+
+
 def with_suffix_branches(decoder: SpeculativeDecoder, suffix: SuffixDrafter | None = None,
                          shape: TreeShape = BRANCHES_SHAPE, min_chance: float = MIN_CHANCE,
                          iteration_ms: Callable[[int], float] | None = None) -> SpeculativeDecoder:
@@ -136,7 +143,7 @@ def with_suffix_branches(decoder: SpeculativeDecoder, suffix: SuffixDrafter | No
     per branch, branches, suffix nodes added at most. iteration_ms(r): what an iteration verifying r nodes costs (a
     bundle's profile, plan.cost_model.iteration_cost): each draft then verifies the number of its best nodes that
     makes the most tokens per ms; None: the shape's V plus every suffix node added."""
-    decoder.__class__ = type(f"SuffixBranches{type(decoder).__name__}", (SuffixBranches, type(decoder)), {})
+    decoder.__class__ = branches_class(type(decoder))
     decoder.suffix, decoder.branches_shape, decoder.min_chance = suffix or SuffixDrafter(), shape, min_chance
     decoder.iteration_ms = iteration_ms
     decoder.proposals = []
