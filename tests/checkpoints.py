@@ -56,8 +56,11 @@ LLAMA_DEEP = dict(model_type="llama", vocab_size=300, hidden_size=48, intermedia
 # a tied bf16 table (8.4 MB) larger than a package's code, so the package's size shows how often it is stored
 LLAMA_WIDE_TIED = dict(model_type="llama", vocab_size=16384, hidden_size=256, intermediate_size=256,
                        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+# Qwen2-MoE's routed experts and gated shared expert in one layer, a dense layer after it: what a compiled package
+# of the sparse graph needs, in two layers (an O2 package's compile grows with the expert branches)
+QWEN2_MOE_TWO_LAYERS = {**CONFIGS["qwen2_moe_shared"], "num_hidden_layers": 2, "mlp_only_layers": [1]}
 CONFIGS_ALL = {**CONFIGS, "tiny_vocab": TINY_VOCAB, "tiny_vocab_tied": TINY_VOCAB_TIED, "llama_deep": LLAMA_DEEP,
-               "llama_wide_tied": LLAMA_WIDE_TIED}
+               "llama_wide_tied": LLAMA_WIDE_TIED, "qwen2_moe_two_layers": QWEN2_MOE_TWO_LAYERS}
 
 
 def make_tokenizer(vocab_size: int = 300) -> Tokenizer:

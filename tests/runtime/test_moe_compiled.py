@@ -20,8 +20,8 @@ SHAPE = TreeShape(3, 2, 5)
 @pytest.fixture(scope="module")
 def moe_bundle(tmp_path_factory):
     root = tmp_path_factory.mktemp("moe")
-    v = write_checkpoint(root / "v", "qwen2_moe_shared", seed=31)
-    d = write_checkpoint(root / "d", "qwen2_moe_shared", seed=32, base=v, noise=0.03)
+    v = write_checkpoint(root / "v", "qwen2_moe_two_layers", seed=31)  # experts, shared expert, a dense layer
+    d = write_checkpoint(root / "d", "qwen2_moe_two_layers", seed=32, base=v, noise=0.03)
     out = root / "bundle"
     compile_bundle(CompileJob(v, d, out, SHAPE, max_seq=128, profile_repeats=2, opt="O2"), log=lambda m: None)
     return out, v
