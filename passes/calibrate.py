@@ -22,8 +22,10 @@ from ..errors import YggcError
 from ..plan.calibration import TreeSample, acceptance_rates, as_tree_sample
 from ..plan.depth_predictor import root_features
 from ..plan.shape import TreeShape
+from ..runtime.draft import Draft
 from ..runtime.drafters import speculative_decoder
-from ..runtime.speculative import Draft, SpeculativeDecoder
+from ..runtime.speculative import SpeculativeDecoder
+from ..tree.block_verification import block_outcome
 from ..tree.recursive_rejection import acceptance_probs
 from ..tree.sampling import SamplingParams, next_token
 
@@ -109,7 +111,7 @@ def record_width(verifier, drafter, layout: CacheLayout, prompts: list[list[int]
 def sampled_path_prob(draft: Draft, kept: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
     """[n_nodes] each drafted node's probability of being accepted at T > 0 (kept: every node, in the order
     the verifier saw them; probs [len(kept), vocab] its distributions there): recursive rejection sampling
-    for a tree; for a chain the token-level rule, which block verification can only beat."""
+    for a tree; for a chain the token-level rule (its tokens per iteration come from block_chain_accepted)."""
     if draft.q_rows is not None:
         rows = draft.q_rows  # [N, vocab] the drafter's distribution after each node
     else:  # a chain: node d was drawn from the distribution after node d - 1
@@ -118,6 +120,19 @@ def sampled_path_prob(draft: Draft, kept: torch.Tensor, probs: torch.Tensor) -> 
     out = torch.zeros(draft.tree.n_nodes, dtype=torch.float64)
     out[kept.cpu()] = acceptance_probs(sub.tokens.cpu(), sub.parents.cpu(), probs.cpu(), rows[kept].cpu())
     return out
+
+
+def block_chain_accepted(draft: Draft, kept: torch.Tensor, probs: torch.Tensor) -> torch.Tensor | None:
+    """A sampled chain's [D + 1] expected drafts accepted by block verification (the runtime's chain rule) when its
+    first v drafts are verified, v = 0..D (kept, probs as sampled_path_prob's); None for a tree."""
+    if draft.q is None:
+        return None
+    drafts, q, p = draft.tree.subtree(kept).tokens[1:].cpu(), draft.q.cpu(), probs.cpu()
+    out = [0.0]
+    for v in range(1, len(drafts) + 1):
+        law, _ = block_outcome(drafts[:v], q[:v], p[: v + 1])                   # [v + 1] P(tau = i)
+        out.append(float((law * torch.arange(v + 1, dtype=law.dtype)).sum()))
+    return torch.tensor(out, dtype=torch.float64)
 
 
 def record_width_sampled(verifier, drafter, layout: CacheLayout, prompts: list[list[int]], width: int,
@@ -129,7 +144,8 @@ def record_width_sampled(verifier, drafter, layout: CacheLayout, prompts: list[l
     for seed, prompt in enumerate(prompts):
         dec = speculative_decoder(verifier, drafter, layout, shape)
         dec.on_sampled_verify = lambda draft, kept, probs: samples.append(
-            as_tree_sample(draft.tree, width, [], path_prob=sampled_path_prob(draft, kept, probs)))
+            as_tree_sample(draft.tree, width, [], path_prob=sampled_path_prob(draft, kept, probs),
+                           chain_accepted=block_chain_accepted(draft, kept, probs)))
         for _ in dec.stream(prompt, spec.new_tokens, SamplingParams(spec.temperature, seed=seed)):
             pass
         if dec.stats.n_iterations:

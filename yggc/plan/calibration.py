@@ -31,6 +31,9 @@ class TreeSample:
     continuation: list[int]   # the verifier's next D_max tokens after the tree's root (greedy)
     features: torch.Tensor | None = None  # [F] the root's features for the depth predictor
     path_prob: torch.Tensor | None = None  # [n_nodes] P(the walk accepts each node), a tree sampled at T > 0
+    # a chain sampled at T > 0: [D + 1] expected drafts accepted when its first v are verified by block verification,
+    # v = 0..D (which accepts more than the token-level walk path_prob prices)
+    chain_accepted: torch.Tensor | None = None
 
 
 def node_weights(sample: TreeSample) -> torch.Tensor:
@@ -77,7 +80,8 @@ def tokens_per_iteration(samples: list[TreeSample], max_depth: int) -> dict[Tree
         counts[s.width] = counts.get(s.width, 0) + 1
         weights = node_weights(s)
         for depth in range(1, max_depth + 1):
-            accepted = accepted_by_budget(truncate(s.tree, 1 + depth * s.width), weights)
+            accepted = (s.chain_accepted[: depth + 1].tolist() if s.chain_accepted is not None
+                        else accepted_by_budget(truncate(s.tree, 1 + depth * s.width), weights))
             for verify in range(1, depth * s.width + 1):
                 shape = TreeShape(depth, s.width, verify)
                 sums[shape] = sums.get(shape, 0.0) + accepted[verify] + 1
@@ -100,9 +104,10 @@ def acceptance_rates(samples: list[TreeSample]) -> list[float]:
 
 
 def as_tree_sample(tree: TokenTree, width: int, continuation: list[int],
-                   features: torch.Tensor | None = None, path_prob: torch.Tensor | None = None) -> TreeSample:
+                   features: torch.Tensor | None = None, path_prob: torch.Tensor | None = None,
+                   chain_accepted: torch.Tensor | None = None) -> TreeSample:
     """A host copy of a drafted tree (the decoder reuses its device tensors)."""
     copy = TokenTree(tree.tokens.cpu().clone(), tree.parents.cpu().clone(), tree.depth.cpu().clone(),
                      tree.cum_logp.cpu().clone(), tree.n_nodes)
     return TreeSample(copy, width, continuation, None if features is None else features.cpu().float().clone(),
-                      path_prob)
+                      path_prob, chain_accepted)
