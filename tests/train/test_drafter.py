@@ -11,6 +11,7 @@ from checkpoints import write_checkpoint
 from safetensors.torch import load_file
 
 from yggc.cli.main import main
+from yggc.errors import YggcError
 from yggc.train import shards, stdlib_prompts, student
 from yggc.train.loop import batch_indices
 from yggc.train.presets import DRAFTER_PRESETS
@@ -151,3 +152,21 @@ def test_chat_prompts_alternate_with_the_stdlib_ones_and_are_scored_apart(target
                  "--out", str(tmp_path / "a"), "--threads", "1", "--steps", "1"]) == 2  # same folder, no chat prompts
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "another prompt set" in err[0]
+
+
+def test_gen_batch_sets_the_shard_size_and_is_fixed_per_data_folder(target, corpus, tmp_path, capsys):
+    run(target, corpus, tmp_path / "a", "--steps", "1", "--gen-batch", "3")
+    train = tmp_path / "a" / "data" / "train"
+    sizes = [len(load_file(str(f))["prompt_offsets"]) - 1 for f in sorted(train.glob("shard-*.safetensors"))]
+    assert sizes == [3, 3, 2] and len(shards.read_samples(train)) == DRAFTER_PRESETS["tiny"].n_prompts
+    capsys.readouterr()
+    assert main(["train", "drafter", "--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
+                 "--out", str(tmp_path / "a"), "--threads", "1", "--steps", "1"]) == 2  # the preset's batch, 4
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "shards of 3 prompts, not 4; pass --gen-batch 3" in err[0]
+    legacy = tmp_path / "b" / "data"  # recorded before --gen-batch: the preset's batch
+    legacy.mkdir(parents=True)
+    (legacy / "source.json").write_text(json.dumps({"chat_prompts_sha256": None}))
+    shards.check_data_source(legacy, None, 4, 4)
+    with pytest.raises(YggcError, match="shards of 4 prompts, not 8"):
+        shards.check_data_source(legacy, None, 8, 4)

@@ -107,6 +107,12 @@ def add_chat_prompts_arg(p: argparse.ArgumentParser) -> None:
                         "ones, its held-out ones are scored apart (default folder: <preset>-chat)")
 
 
+def add_gen_batch_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gen-batch", type=POSITIVE, metavar="N",
+                   help="prompts the target answers at once, one shard each (default: the preset's, 32 for smollm2); "
+                        "fixed per data folder. 64 makes ~1.7x the tokens per second of 32 on 2 AVX2 cores")
+
+
 def add_drafter_parser(jobs: Jobs) -> None:
     p = add_job(jobs, "drafter", "distil a standalone drafter from a target's own answers", DRAFTER_ABOUT,
                 DRAFTER_EXAMPLES)
@@ -117,6 +123,7 @@ def add_drafter_parser(jobs: Jobs) -> None:
                    help="make prompts from *.py files here instead of the stdlib")
     add_chat_prompts_arg(p)
     p.add_argument("--prompts", type=POSITIVE, metavar="N", help="training prompts to answer (default: the preset's)")
+    add_gen_batch_arg(p)
     p.add_argument("--steps", type=POSITIVE, metavar="N", help="optimizer steps (default: the preset's)")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
                    help="exported weights (default bfloat16)")
@@ -133,6 +140,7 @@ def add_eagle3_parser(jobs: Jobs) -> None:
     add_chat_prompts_arg(p)
     p.add_argument("--prompts", type=POSITIVE, metavar="N",
                    help="training prompts the verifier answers (default: the data preset's); more adds shards")
+    add_gen_batch_arg(p)
     p.add_argument("--draft-vocab", type=POSITIVE, metavar="N", help="draft vocabulary size (default: the preset's)")
     p.add_argument("--reference", type=whole_number(0), metavar="N",
                    help="training prompts also read with reference answers (default: the preset's; 0: none)")

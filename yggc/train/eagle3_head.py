@@ -177,13 +177,14 @@ def train(head: Eagle3Graph, seqs: list[ConversationFeatures], preset: Eagle3Pre
 
 
 def ensure_data(target: Path, out: Path, data_preset: str, chat_prompts: Path | None,
-                n_prompts: int | None) -> list[str]:
+                n_prompts: int | None, gen_batch: int | None = None) -> list[str]:
     """Stage 1: the verifier's answers (the drafter job's shards), the missing ones generated; the data's splits."""
     splits = prompt_splits(None, chat_prompts)
-    check_data_source(out / "data", chat_prompts)
     dp = DRAFTER_PRESETS[data_preset]
+    gen = replace(dp.gen, batch=gen_batch or dp.gen.batch)
+    check_data_source(out / "data", chat_prompts, gen.batch, dp.gen.batch)
     answer_prompts(load_hf_model(target, "float32"), target, out / "data", (n_prompts or dp.n_prompts, dp.n_eval_prompts),
-                   dp.gen, splits)
+                   gen, splits)
     return list(splits)
 
 
@@ -217,7 +218,7 @@ def run(args: argparse.Namespace) -> dict:
     out = (args.out or CACHE / data_folder_name(preset.data, args.chat_prompts)).expanduser().resolve()
     torch.set_num_threads(args.threads)
     t0 = time.time()
-    splits = ensure_data(target, out, preset.data, args.chat_prompts, args.prompts)
+    splits = ensure_data(target, out, preset.data, args.chat_prompts, args.prompts, args.gen_batch)
     train_samples = read_samples(out / "data" / "train")
     heldout = {split: read_samples(out / "data" / split) for split in splits if split != "train"}
     heldout_samples = [s for samples in heldout.values() for s in samples]
