@@ -7,8 +7,9 @@ from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import new_eagle3
 
 from yggc.artifacts.cache_layout import causal_rows
-from yggc.train import eagle3_head
+from yggc.train import eagle3_head, features
 from yggc.train.presets import DRAFTER_PRESETS
+from yggc.train.shards import Sample
 from yggc.train.stdlib_prompts import build_pairs
 from yggc.train.ttt import ttt_logits
 
@@ -73,3 +74,19 @@ def test_a_run_that_reached_its_steps_skips_the_training_features(tmp_path):
     (tmp_path / "state.json").write_text('{"step": 800, "seed": 0}')
     assert eagle3_head.saved_step(tmp_path, resume=True) == 800  # a rerun with --steps <= 800 only evaluates, exports
     assert eagle3_head.saved_step(tmp_path, resume=False) == 0
+
+
+def test_features_are_read_back_exactly_and_keyed_by_the_data_and_the_weights(tiny, ckpt_root, tmp_path, monkeypatch):
+    verifier, _ = tiny
+    target = ckpt_root / "ttt_v"
+    samples = [Sample([5, 9, 2, 7, 1, 3], 3, None, None), Sample([4, 4, 8, 2, 6], 2, None, None)]
+    first = features.cached_extract(verifier, samples, target, tmp_path)
+    assert len(list(tmp_path.glob("features-*.safetensors"))) == 1
+    monkeypatch.setattr(features, "extract", lambda *a: pytest.fail("the cached features were computed again"))
+    again = features.cached_extract(verifier, samples, target, tmp_path)
+    for a, b in zip(first, again, strict=True):
+        assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in features.FIELDS) and a.loss_from == b.loss_from
+    other = [Sample([5, 9, 2, 7, 1, 3], 2, None, None)]  # the same ids, another answer start: another file
+    assert features.cache_key(target, other) != features.cache_key(target, samples)
+    changed = write_checkpoint(tmp_path / "v2", "llama_gqa", seed=4)  # other weights: another file
+    assert features.cache_key(changed, samples) != features.cache_key(target, samples)

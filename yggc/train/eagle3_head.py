@@ -11,7 +11,8 @@ Stages, each resumable (rerun the same command to continue):
                fixed-dataset training); the verifier's own answers count twice in the batches
   2. features  one teacher-forced verifier pass per conversation (yggc's own graph, float32): the
                inputs of the three feature layers, the verifier's final hidden state (its logits over
-               the draft vocabulary are recomputed per batch) and its argmax
+               the draft vocabulary are recomputed per batch) and its argmax; kept in
+               OUT/.state/features (features.py), so a resumed run reads them back
   3. vocab     the draft vocabulary: the --draft-vocab most frequent verifier tokens of the data
   4. train     the training-time test (ttt.py): --unroll steps, each step feeding the head's
                own output features, soft cross-entropy against the verifier, AdamW, warmup + cosine;
@@ -25,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ import torch
 
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import LlamaGraph
-from .loop import batch_indices, distill_steps, make_optimizer, progress
+from .features import ConversationFeatures, cached_extract
+from .loop import batch_indices, distill_steps, make_optimizer
 from .presets import (
     CACHE,
     DRAFTER_PRESETS,
@@ -59,17 +61,6 @@ from .ttt import ttt_logits, ttt_loss
 Tables = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # draft ids [Vd], target -> draft id [V], lm_head rows [Vd, H]
 
 
-@dataclass
-class ConversationFeatures:
-    """One conversation as the head trains on it: row p pairs the verifier's feature g_p with x_{p+1}."""
-
-    tokens: torch.Tensor    # [T] long: x_{p+1}
-    features: torch.Tensor  # [T, F] float32: g_p
-    final: torch.Tensor     # [T, H] float32: the verifier's final hidden state at p + 1
-    best: torch.Tensor      # [T] long: the verifier's argmax at p + 1 (a verifier token id)
-    loss_from: int          # rows p >= loss_from predict answer tokens
-
-
 def reference_samples(target: Path, data_preset: str, count: int, corpus: Path | None = None) -> list[Sample]:
     """The first `count` training prompts with their reference answers (from the stdlib, or the *.py files under
     `corpus`), as Samples without soft labels (stage 1)."""
@@ -85,24 +76,11 @@ def reference_samples(target: Path, data_preset: str, count: int, corpus: Path |
     return out
 
 
-def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFeatures]:
-    """Teacher-forced features of every conversation (stage 2)."""
-    out = []
-    with torch.inference_mode():
-        for s in progress("features", iterable=samples):
-            ids = torch.tensor(s.ids)
-            pos = torch.arange(len(s.ids))
-            logits, final, taps = verifier.run_layers(ids, pos, pos, pos[None, :] <= pos[:, None])
-            feats = torch.cat(taps, -1).float()
-            out.append(ConversationFeatures(ids[1:], feats[:-1], final[1:].float(), logits[1:].argmax(-1),
-                                            max(0, s.answer_start - 2)))
-    return out
-
-
-def training_sequences(verifier: LlamaGraph, generated: list[Sample],
-                       reference: list[Sample]) -> list[ConversationFeatures]:
-    """The features of both kinds of training conversation; the verifier's own answers count twice."""
-    seqs, ref = extract(verifier, generated), extract(verifier, reference)
+def training_sequences(verifier: LlamaGraph, generated: list[Sample], reference: list[Sample], target: Path,
+                       cache_dir: Path) -> list[ConversationFeatures]:
+    """The features of both kinds of training conversation (read back where cached); the verifier's own answers
+    count twice."""
+    seqs, ref = (cached_extract(verifier, part, target, cache_dir) for part in (generated, reference))
     return seqs * 2 + ref if ref else seqs
 
 
@@ -227,8 +205,9 @@ def run(args: argparse.Namespace) -> dict:
     head, tables = new_head(target, verifier, train_samples, preset.draft_vocab, args.seed)
     state_dir = out / ".state" / f"eagle3-{preset.name}"
     done = saved_step(state_dir, not args.no_resume) >= preset.steps
-    seqs = [] if done else training_sequences(verifier, train_samples, reference)
-    held = {split: extract(verifier, samples) for split, samples in heldout.items()}
+    features = out / ".state" / "features"  # shared by every head trained on this data
+    seqs = [] if done else training_sequences(verifier, train_samples, reference, target, features)
+    held = {split: cached_extract(verifier, samples, target, features) for split, samples in heldout.items()}
     del verifier
     meta = train(head, seqs, preset, tables, state_dir, args)
     curves = {split: evaluate(head, seqs, preset.unroll, *tables, preset.train.batch_size)

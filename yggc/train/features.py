@@ -1,0 +1,83 @@
+"""Stage 2 of ``yggc train eagle3``: the verifier's teacher-forced features of every training conversation, kept on
+disk so that a resumed run reads them back instead of running the verifier again (on 2 CPU cores ~1 conversation
+per second in float32: half an hour for the smollm2 preset's 2,000).
+
+The cache is one safetensors file per set of conversations, named by the sha256 of what determines its contents
+(the verifier's config and weights files, the conversations' token ids and where their answers start), written
+atomically; float32 as computed, so a run reading it trains exactly as one that computed it.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..graphs.llama import LlamaGraph
+from .loop import progress
+from .shards import Sample
+
+FIELDS = ("tokens", "features", "final", "best")
+
+
+@dataclass
+class ConversationFeatures:
+    """One conversation as the head trains on it: row p pairs the verifier's feature g_p with x_{p+1}."""
+
+    tokens: torch.Tensor    # [T] long: x_{p+1}
+    features: torch.Tensor  # [T, F] float32: g_p
+    final: torch.Tensor     # [T, H] float32: the verifier's final hidden state at p + 1
+    best: torch.Tensor      # [T] long: the verifier's argmax at p + 1 (a verifier token id)
+    loss_from: int          # rows p >= loss_from predict answer tokens
+
+
+def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFeatures]:
+    """Teacher-forced features of every conversation."""
+    out = []
+    with torch.inference_mode():
+        for s in progress("features", iterable=samples):
+            ids = torch.tensor(s.ids)
+            pos = torch.arange(len(s.ids))
+            logits, final, taps = verifier.run_layers(ids, pos, pos, pos[None, :] <= pos[:, None])
+            feats = torch.cat(taps, -1).float()
+            out.append(ConversationFeatures(ids[1:], feats[:-1], final[1:].float(), logits[1:].argmax(-1),
+                                            max(0, s.answer_start - 2)))
+    return out
+
+
+def cache_key(target: Path, samples: list[Sample]) -> str:
+    """sha256 of the verifier's config and weights files and of every conversation's ids and answer start."""
+    h = hashlib.sha256()
+    for f in sorted(target.glob("*.safetensors")) + [target / "config.json"]:
+        h.update(f.name.encode())
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+    for s in samples:
+        h.update(f"{s.answer_start}:{','.join(map(str, s.ids))};".encode())
+    return h.hexdigest()
+
+
+def cached_extract(verifier: LlamaGraph, samples: list[Sample], target: Path, cache_dir: Path
+                   ) -> list[ConversationFeatures]:
+    """extract(), read back from cache_dir where an earlier run wrote the same conversations' features."""
+    from safetensors.torch import load_file, save_file
+
+    if not samples:
+        return []
+    path = cache_dir / f"features-{cache_key(target, samples)[:32]}.safetensors"
+    if path.is_file():
+        flat = load_file(str(path))
+        ends = flat["offsets"].tolist()
+        return [ConversationFeatures(*(flat[k][a:b] for k in FIELDS), int(start))
+                for a, b, start in zip(ends, ends[1:], flat["loss_from"].tolist(), strict=False)]
+    seqs = extract(verifier, samples)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    lengths = torch.tensor([0] + [len(s.tokens) for s in seqs])
+    flat = {k: torch.cat([getattr(s, k) for s in seqs]) for k in FIELDS}
+    flat |= {"offsets": lengths.cumsum(0), "loss_from": torch.tensor([s.loss_from for s in seqs])}
+    tmp = path.with_suffix(".tmp")
+    save_file({k: v.contiguous() for k, v in flat.items()}, str(tmp))
+    tmp.rename(path)
+    return seqs
