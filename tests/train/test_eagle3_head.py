@@ -78,7 +78,7 @@ def test_a_run_that_reached_its_steps_skips_the_training_features(tmp_path):
 
 def test_features_are_read_back_exactly_and_keyed_by_the_data_and_the_weights(tiny, ckpt_root, tmp_path, monkeypatch):
     verifier, _ = tiny
-    target = ckpt_root / "ttt_v"
+    target = features.verifier_digest(ckpt_root / "ttt_v")
     samples = [Sample([5, 9, 2, 7, 1, 3], 3, None, None), Sample([4, 4, 8, 2, 6], 2, None, None)]
     first = features.cached_extract(verifier, samples, target, tmp_path)
     assert len(list(tmp_path.glob("features-*.safetensors"))) == 1
@@ -89,4 +89,4 @@ def test_features_are_read_back_exactly_and_keyed_by_the_data_and_the_weights(ti
     other = [Sample([5, 9, 2, 7, 1, 3], 2, None, None)]  # the same ids, another answer start: another file
     assert features.cache_key(target, other) != features.cache_key(target, samples)
     changed = write_checkpoint(tmp_path / "v2", "llama_gqa", seed=4)  # other weights: another file
-    assert features.cache_key(changed, samples) != features.cache_key(target, samples)
+    assert features.cache_key(features.verifier_digest(changed), samples) != features.cache_key(target, samples)

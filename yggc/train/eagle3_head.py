@@ -34,7 +34,7 @@ import torch
 
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import LlamaGraph
-from .features import ConversationFeatures, cached_extract
+from .features import ConversationFeatures, cached_extract, verifier_digest
 from .loop import batch_indices, distill_steps, make_optimizer
 from .presets import (
     CACHE,
@@ -76,11 +76,11 @@ def reference_samples(target: Path, data_preset: str, count: int, corpus: Path |
     return out
 
 
-def training_sequences(verifier: LlamaGraph, generated: list[Sample], reference: list[Sample], target: Path,
+def training_sequences(verifier: LlamaGraph, generated: list[Sample], reference: list[Sample], verifier_id: str,
                        cache_dir: Path) -> list[ConversationFeatures]:
     """The features of both kinds of training conversation (read back where cached); the verifier's own answers
     count twice."""
-    seqs, ref = (cached_extract(verifier, part, target, cache_dir) for part in (generated, reference))
+    seqs, ref = (cached_extract(verifier, part, verifier_id, cache_dir) for part in (generated, reference))
     return seqs * 2 + ref if ref else seqs
 
 
@@ -205,9 +205,9 @@ def run(args: argparse.Namespace) -> dict:
     head, tables = new_head(target, verifier, train_samples, preset.draft_vocab, args.seed)
     state_dir = out / ".state" / f"eagle3-{preset.name}"
     done = saved_step(state_dir, not args.no_resume) >= preset.steps
-    features = out / ".state" / "features"  # shared by every head trained on this data
-    seqs = [] if done else training_sequences(verifier, train_samples, reference, target, features)
-    held = {split: cached_extract(verifier, samples, target, features) for split, samples in heldout.items()}
+    features, verifier_id = out / ".state" / "features", verifier_digest(target)  # the cache, shared by every head
+    seqs = [] if done else training_sequences(verifier, train_samples, reference, verifier_id, features)
+    held = {split: cached_extract(verifier, samples, verifier_id, features) for split, samples in heldout.items()}
     del verifier
     meta = train(head, seqs, preset, tables, state_dir, args)
     curves = {split: evaluate(head, seqs, preset.unroll, *tables, preset.train.batch_size)

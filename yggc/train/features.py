@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..graphs.llama import LlamaGraph
-from .loop import progress
+from .loop import file_sha256, progress
 from .shards import Sample
 
 FIELDS = ("tokens", "features", "final", "best")
@@ -46,27 +46,29 @@ def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFea
     return out
 
 
-def cache_key(target: Path, samples: list[Sample]) -> str:
-    """sha256 of the verifier's config and weights files and of every conversation's ids and answer start."""
-    h = hashlib.sha256()
-    for f in sorted(target.glob("*.safetensors")) + [target / "config.json"]:
-        h.update(f.name.encode())
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 24), b""):
-                h.update(block)
+def verifier_digest(target: Path) -> str:
+    """sha256 over the verifier's config and weights files' sha256s: what its features depend on (read once a run)."""
+    files = sorted(target.glob("*.safetensors")) + [target / "config.json"]
+    return hashlib.sha256("".join(f"{f.name}:{file_sha256(f)};" for f in files).encode()).hexdigest()
+
+
+def cache_key(verifier_id: str, samples: list[Sample]) -> str:
+    """sha256 of the verifier's digest and of every conversation's ids and answer start."""
+    h = hashlib.sha256(verifier_id.encode())
     for s in samples:
         h.update(f"{s.answer_start}:{','.join(map(str, s.ids))};".encode())
     return h.hexdigest()
 
 
-def cached_extract(verifier: LlamaGraph, samples: list[Sample], target: Path, cache_dir: Path
+def cached_extract(verifier: LlamaGraph, samples: list[Sample], verifier_id: str, cache_dir: Path
                    ) -> list[ConversationFeatures]:
-    """extract(), read back from cache_dir where an earlier run wrote the same conversations' features."""
+    """extract(), read back from cache_dir where an earlier run wrote the same conversations' features
+    (verifier_id: verifier_digest of the verifier's folder)."""
     from safetensors.torch import load_file, save_file
 
     if not samples:
         return []
-    path = cache_dir / f"features-{cache_key(target, samples)[:32]}.safetensors"
+    path = cache_dir / f"features-{cache_key(verifier_id, samples)[:32]}.safetensors"
     if path.is_file():
         flat = load_file(str(path))
         ends = flat["offsets"].tolist()
