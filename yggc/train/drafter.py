@@ -127,9 +127,9 @@ def run(args: argparse.Namespace) -> dict:
     """Generate the data (missing shards), train (or resume) and, at the last step, export OUT/drafter; returns
     the summary (also OUT/drafter/drafter_summary.json)."""
     require_transformers()
-    preset = preset_named(args.preset, DRAFTER_PRESETS)
-    preset = replace(preset, n_prompts=args.prompts or preset.n_prompts, steps=args.steps or preset.steps,
-                     gen=replace(preset.gen, batch=args.gen_batch or preset.gen.batch))
+    named = preset_named(args.preset, DRAFTER_PRESETS)
+    preset = replace(named, n_prompts=args.prompts or named.n_prompts, steps=args.steps or named.steps,
+                     gen=replace(named.gen, batch=args.gen_batch or named.gen.batch))
     target = checkpoint_folder(args.target, "--target")
     if args.corpus_dir is not None and not args.corpus_dir.is_dir():
         raise YggcError(f"--corpus-dir {args.corpus_dir} is not a folder")
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     t0 = time.time()
     splits = prompt_splits(args.corpus_dir, args.chat_prompts)
-    check_data_source(out / "data", args.chat_prompts, preset.gen.batch, DRAFTER_PRESETS[preset.name].gen.batch)
+    check_data_source(out / "data", args.chat_prompts, preset.gen.batch, named.gen.batch)
     teacher = load_hf_model(target, "float32")
     answer_prompts(teacher, target, out / "data", (preset.n_prompts, preset.n_eval_prompts), preset.gen, splits)
     embedding = teacher.get_input_embeddings().weight.detach()
