@@ -4,8 +4,8 @@ import itertools
 from fractions import Fraction
 
 import torch
-
 from yggc.passes.calibrate import block_chain_accepted, sampled_path_prob
+
 from yggc.plan.calibration import as_tree_sample, tokens_per_iteration
 from yggc.plan.shape import TreeShape
 from yggc.runtime.draft import Draft

@@ -52,7 +52,8 @@ def check_greedy(make_decoder, verifier, prompt, n=60, shapes=SHAPES) -> int:
     for shape, branches in shapes:
         dec = hybrid(make_decoder(TreeShape(*shape)), branches)
         verified, score = [], dec.score_draft  # the nodes each verifier call checked (kept ids less the root)
-        dec.score_draft = lambda draft, n: (out := score(draft, n), verified.append(len(out[0]) - 1))[0]
+        dec.score_draft = lambda draft, n, score=score, verified=verified: (
+            out := score(draft, n), verified.append(len(out[0]) - 1))[0]
         assert decode(dec, prompt, n=n) == ref, f"{shape} {branches}"
         st = dec.stats
         assert st.n_generated == n and sum(st.accepted_lengths) == st.n_accept

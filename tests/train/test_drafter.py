@@ -170,3 +170,15 @@ def test_gen_batch_sets_the_shard_size_and_is_fixed_per_data_folder(target, corp
     shards.check_data_source(legacy, None, 4, 4)
     with pytest.raises(YggcError, match="shards of 4 prompts, not 8"):
         shards.check_data_source(legacy, None, 8, 4)
+
+
+def test_a_state_made_from_other_settings_is_not_resumed(target, corpus, tmp_path, capsys):
+    run(target, corpus, tmp_path / "a", "--stop-after", "1")
+    capsys.readouterr()
+    assert main(["train", "drafter", "--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
+                 "--out", str(tmp_path / "a"), "--threads", "1", "--seed", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "made from other data or settings (seed 0 -> 1)" in err[0] and "--no-resume" in err[0]
+    state = json.loads((tmp_path / "a" / ".state" / "drafter" / "state.json").read_text())
+    assert state["step"] == 1  # left as it was
+    assert run(target, corpus, tmp_path / "a", "--seed", "1", "--no-resume")["drafter"]  # starting over is allowed

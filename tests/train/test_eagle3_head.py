@@ -90,3 +90,18 @@ def test_features_are_read_back_exactly_and_keyed_by_the_data_and_the_weights(ti
     assert features.cache_key(target, other) != features.cache_key(target, samples)
     changed = write_checkpoint(tmp_path / "v2", "llama_gqa", seed=4)  # other weights: another file
     assert features.cache_key(features.verifier_digest(changed), samples) != features.cache_key(target, samples)
+
+
+def conversations(answer_lengths: list[int], prompt: int = 3) -> list[Sample]:
+    return [Sample([0] * (prompt + n), prompt, None, None) for n in answer_lengths]
+
+
+def test_a_token_budget_cuts_each_kind_at_the_same_share_of_its_answer_tokens():
+    generated, reference = conversations([10, 10, 10, 10]), conversations([5, 5, 5, 5, 5, 5, 5, 5])
+    assert eagle3_head.label_tokens(generated) == 40 and eagle3_head.label_tokens(reference) == 40
+    assert eagle3_head.budget_prefixes((generated, reference), None) == (4, 8)
+    assert eagle3_head.budget_prefixes((generated, reference), 80) == (4, 8)  # the whole data: everything
+    assert eagle3_head.budget_prefixes((generated, reference), 1000) == (4, 8)
+    assert eagle3_head.budget_prefixes((generated, reference), 40) == (2, 4)  # half of each kind's tokens
+    assert eagle3_head.budget_prefixes((generated, reference), 30) == (2, 3)  # 15 of each: the conversation reaching it
+    assert eagle3_head.budget_prefixes((generated, []), 1) == (1, 0)  # at least one; an empty kind stays empty

@@ -141,6 +141,9 @@ def add_eagle3_parser(jobs: Jobs) -> None:
     p.add_argument("--prompts", type=POSITIVE, metavar="N",
                    help="training prompts the verifier answers (default: the data preset's); more adds shards")
     add_gen_batch_arg(p)
+    p.add_argument("--train-tokens", type=POSITIVE, metavar="N",
+                   help="train on the leading conversations that hold about N answer tokens, generated and reference "
+                        "alike (default: all); a scaling curve's points, each in OUT/eagle3-<preset>-<N>tok")
     p.add_argument("--draft-vocab", type=POSITIVE, metavar="N", help="draft vocabulary size (default: the preset's)")
     p.add_argument("--reference", type=whole_number(0), metavar="N",
                    help="training prompts also read with reference answers (default: the preset's; 0: none)")

@@ -96,8 +96,8 @@ def train(model: LlamaForCausalLM, samples: list[Sample], preset: DrafterPreset,
         meta["agree_ema"] = a if meta["agree_ema"] is None else 0.98 * meta["agree_ema"] + 0.02 * a
         return loss, f"agree={meta['agree_ema']:.3f}"
 
-    meta = {"step": 0, "size": asdict(preset.size), "seed": args.seed, "n_samples": len(samples), "agree_ema": None,
-            "train_seconds": 0.0}
+    recipe = {"size": asdict(preset.size), "seed": args.seed, "n_samples": len(samples)}
+    meta = {"step": 0, "recipe": recipe, "agree_ema": None, "train_seconds": 0.0}
     return distill_steps("drafter", model, make_optimizer(model, preset.train), meta, preset.steps,
                          preset.train, state_dir, args, step)
 

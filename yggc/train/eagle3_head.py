@@ -17,7 +17,9 @@ Stages, each resumable (rerun the same command to continue):
   4. train     the training-time test (ttt.py): --unroll steps, each step feeding the head's
                own output features, soft cross-entropy against the verifier, AdamW, warmup + cosine;
                the batch of step s is a pure function of (seed, s); state in OUT/.state/eagle3-<preset>
-  5. export    OUT/eagle3-<preset>: the public head layout (graphs/eagle3_checkpoint.py) in bfloat16 and
+               (-<N>tok with --train-tokens N: the leading conversations holding ~N answer tokens, the
+               points of a scaling curve; a state made from other data or settings is not resumed)
+  5. export    OUT/eagle3-<preset>[-<N>tok]: the public head layout (graphs/eagle3_checkpoint.py) in bfloat16 and
                eagle3_summary.json with the held-out top-1 agreement per unroll position (the
                paper's acceptance-rate curve) and the chain acceptance length it implies
 """
@@ -76,11 +78,32 @@ def reference_samples(target: Path, data_preset: str, count: int, corpus: Path |
     return out
 
 
+def label_tokens(samples: list[Sample]) -> int:
+    """The answer tokens of `samples`: the positions the head is trained on, each labelled by the verifier."""
+    return sum(len(s.ids) - s.answer_start for s in samples)
+
+
+def budget_prefixes(parts: tuple[list[Sample], ...], budget: int | None) -> tuple[int, ...]:
+    """How many leading conversations of each part to train on so that together they hold about `budget` label
+    tokens, each part cut at the same fraction of its own tokens (the data's mix stays the same at every
+    budget: the points of a scaling curve differ in size only); None: all of them."""
+    totals = [label_tokens(p) for p in parts]
+    if budget is None or budget >= sum(totals):
+        return tuple(len(p) for p in parts)
+    share, out = budget / sum(totals), []
+    for part, total in zip(parts, totals):
+        cum = np.cumsum([len(s.ids) - s.answer_start for s in part]) if part else np.zeros(0)
+        out.append(min(len(part), int(np.searchsorted(cum, share * total)) + 1) if total else 0)
+    return tuple(out)
+
+
 def training_sequences(verifier: LlamaGraph, generated: list[Sample], reference: list[Sample], verifier_id: str,
-                       cache_dir: Path) -> list[ConversationFeatures]:
-    """The features of both kinds of training conversation (read back where cached); the verifier's own answers
+                       cache_dir: Path, keep: tuple[int, int]) -> list[ConversationFeatures]:
+    """The features of both kinds of training conversation (read back where cached, all of them: every budget
+    of a scaling curve shares one cache), cut to the `keep` leading ones of each; the verifier's own answers
     count twice."""
-    seqs, ref = (cached_extract(verifier, part, verifier_id, cache_dir) for part in (generated, reference))
+    seqs, ref = (cached_extract(verifier, part, verifier_id, cache_dir)[:n]
+                 for part, n in zip((generated, reference), keep))
     return seqs * 2 + ref if ref else seqs
 
 
@@ -134,9 +157,9 @@ def evaluate(head: Eagle3Graph, seqs: list[ConversationFeatures], unroll: int, d
 
 
 def train(head: Eagle3Graph, seqs: list[ConversationFeatures], preset: Eagle3Preset, tables: Tables,
-          state_dir: Path, args: argparse.Namespace) -> dict:
-    """The training-time test over the feature sequences to preset.steps (resumable); the verifier's embedding
-    stays frozen."""
+          state_dir: Path, args: argparse.Namespace, recipe: dict) -> dict:
+    """The training-time test over the feature sequences to preset.steps (resumable from a state of the same
+    `recipe`); the verifier's embedding stays frozen."""
     def step(meta: dict):
         idx = batch_indices(len(seqs), args.seed, meta["step"], preset.train.batch_size)
         tokens, feats, target, best, mask = collate([seqs[i] for i in idx], *tables)
@@ -147,7 +170,7 @@ def train(head: Eagle3Graph, seqs: list[ConversationFeatures], preset: Eagle3Pre
 
     for n, p in head.named_parameters():
         p.requires_grad_(n != "embed.weight")
-    meta = {"step": 0, "seed": args.seed, "n_seqs": len(seqs), "train_seconds": 0.0, "agree": None}
+    meta = {"step": 0, "recipe": recipe, "train_seconds": 0.0, "agree": None}
     meta = distill_steps("eagle3", head, make_optimizer(head, preset.train), meta, preset.steps,
                          preset.train, state_dir, args, step)
     head.requires_grad_(False)
@@ -202,27 +225,32 @@ def run(args: argparse.Namespace) -> dict:
     heldout_samples = [s for samples in heldout.values() for s in samples]
     reference = reference_samples(target, preset.data, preset.reference)
     verifier = load_model(target, max(len(s.ids) for s in train_samples + heldout_samples + reference) + 1)
-    head, tables = new_head(target, verifier, train_samples, preset.draft_vocab, args.seed)
-    state_dir = out / ".state" / f"eagle3-{preset.name}"
+    keep = budget_prefixes((train_samples, reference), args.train_tokens)
+    head, tables = new_head(target, verifier, train_samples[:keep[0]], preset.draft_vocab, args.seed)
+    name = f"eagle3-{preset.name}" + (f"-{args.train_tokens}tok" if args.train_tokens else "")
+    state_dir = out / ".state" / name
     done = saved_step(state_dir, not args.no_resume) >= preset.steps
     features, verifier_id = out / ".state" / "features", verifier_digest(target)  # the cache, shared by every head
-    seqs = [] if done else training_sequences(verifier, train_samples, reference, verifier_id, features)
+    seqs = [] if done else training_sequences(verifier, train_samples, reference, verifier_id, features, keep)
     held = {split: cached_extract(verifier, samples, verifier_id, features) for split, samples in heldout.items()}
     del verifier
-    meta = train(head, seqs, preset, tables, state_dir, args)
+    recipe = {"seed": args.seed, "train_conversations": keep[0], "reference_conversations": keep[1],
+              "draft_vocab": len(tables[0]), "unroll": preset.unroll}
+    meta = train(head, seqs, preset, tables, state_dir, args, recipe)
     curves = {split: evaluate(head, seqs, preset.unroll, *tables, preset.train.batch_size)
               for split, seqs in held.items()}
     curve = curves["heldout"]
     summary = {"preset": preset.name, "target": str(target), "steps": meta["step"], "draft_vocab": len(tables[0]),
                "unroll": preset.unroll, "feature_layers": list(head.eagle.feature_layers),
-               "train_conversations": len(train_samples), "reference_conversations": len(reference),
-               "train_rows": sum(len(s.ids) - 1 for s in train_samples + reference),
+               "train_conversations": keep[0], "reference_conversations": keep[1],
+               "train_rows": sum(len(s.ids) - 1 for s in train_samples[:keep[0]] + reference[:keep[1]]),
+               "train_label_tokens": label_tokens(train_samples[:keep[0]] + reference[:keep[1]]),
                "train_minutes": meta["train_seconds"] / 60, "wall_minutes": (time.time() - t0) / 60,
                "heldout_agreement_per_step": curve, "heldout_chain_accepted_length": float(np.sum(np.cumprod(curve))),
                **{f"{split}_agreement_per_step": c for split, c in curves.items() if split != "heldout"},
                "command": args.invocation}
     if meta["step"] >= preset.steps:
-        dest = save_eagle3(head.to(torch.bfloat16), head_base_config(target), out / f"eagle3-{preset.name}",
+        dest = save_eagle3(head.to(torch.bfloat16), head_base_config(target), out / name,
                            {"eagle3_summary.json": json.dumps(summary, indent=1)})
         summary["head"] = str(dest)
     return summary

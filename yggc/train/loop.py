@@ -312,15 +312,28 @@ def train_model(job: Job) -> dict:
     return finish(job, model, opt, meta, start, time.time() - t0)
 
 
+def check_recipe(job: str, state_dir: Path, recipe: dict | None) -> None:
+    """YggcError (one line) when the run saved in state_dir was made from other data or settings than `recipe`
+    (what a job's meta["recipe"] holds: data counts, sizes, seed); a state saved without one resumes as before."""
+    saved = json.loads((state_dir / "state.json").read_text()).get("recipe")
+    if recipe is None or saved is None:
+        return
+    changed = [f"{key} {saved.get(key)} -> {value}" for key, value in recipe.items() if saved.get(key) != value]
+    if changed:
+        raise YggcError(f"{state_dir} holds a {job} run made from other data or settings ({', '.join(changed)}); "
+                        "pass --no-resume to start it over, or --out for a separate folder")
+
+
 def distill_steps(job: str, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict, total: int,
                   hp: TrainHParams, state_dir: Path, args: argparse.Namespace,
                   step: Callable[[dict], tuple[torch.Tensor, str]]) -> dict:
-    """The resumable loop of the drafter and EAGLE-3 jobs, from meta["step"] (or the state saved in state_dir)
-    to `total`. step(meta) -> (loss, progress text) computes the loss of batch meta["step"] (and may keep
-    running statistics in meta); checkpoints every args.ckpt_every steps and when args.max_minutes /
-    args.stop_after stop the run (rerun to resume); args.no_resume starts over."""
+    """The resumable loop of the drafter and EAGLE-3 jobs, from meta["step"] (or the state saved in state_dir,
+    made from the same meta["recipe"]) to `total`. step(meta) -> (loss, progress text) computes the loss of
+    batch meta["step"] (and may keep running statistics in meta); checkpoints every args.ckpt_every steps and
+    when args.max_minutes / args.stop_after stop the run (rerun to resume); args.no_resume starts over."""
     if (state_dir / "state.json").is_file() and not args.no_resume:
-        meta = load_state(state_dir, model, opt)
+        check_recipe(job, state_dir, meta.get("recipe"))
+        meta = {**load_state(state_dir, model, opt), "recipe": meta.get("recipe")}
         log(job, f"resumed at step {meta['step']}")
     start, t0, stop = meta["step"], time.time(), None
     bar = progress(f"train {job}", total, start)
