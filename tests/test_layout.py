@@ -24,7 +24,7 @@ ALLOWED = {
     "yggc.bundle": ("yggc.bundle", "yggc.errors", "yggc.compat", "yggc"),  # "yggc" itself for __version__
     "yggc.artifacts": ("yggc.artifacts", "yggc.tree", "yggc.bundle", "yggc.errors", "yggc.compat"),
     "yggc.serve": ("yggc.serve", "yggc.runtime", "yggc.bundle", "yggc.errors", "yggc"),
-    "yggc.train": ("yggc.train", "yggc.graphs", "yggc.runtime", "yggc.errors"),
+    "yggc.train": ("yggc.train", "yggc.graphs", "yggc.runtime", "yggc.bundle", "yggc.errors"),
 }
 FORBIDDEN = {"yggc.runtime": ("yggc.passes", "yggc.bench", "yggc.serve", "yggc.train", "yggc.cli")}
 

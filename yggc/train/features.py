@@ -14,8 +14,9 @@ from pathlib import Path
 
 import torch
 
+from ..bundle import file_sha256
 from ..graphs.llama import LlamaGraph
-from .loop import file_sha256, progress
+from .loop import progress
 from .shards import Sample
 
 FIELDS = ("tokens", "features", "final", "best")

@@ -8,7 +8,6 @@ seed and the step, and the state of a run is saved every --ckpt-every steps and 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..bundle import file_sha256
 from ..errors import YggcError
 from .corpus import eot_id, load_tokenizer
 from .presets import ModelSize, PairPreset, TrainHParams, build_model, export_checkpoint, load_hf_model, n_params
@@ -43,11 +43,6 @@ def progress(desc: str, total: int | None = None, initial: int = 0, **kwargs: An
 
     return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True,
                 mininterval=1.0 if sys.stderr.isatty() else 30.0, **kwargs)
-
-
-def file_sha256(path: str | Path) -> str:
-    """The hex sha256 of the file's bytes."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def save_state(state_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict) -> None:

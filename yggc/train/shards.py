@@ -173,8 +173,8 @@ def check_data_source(data_dir: Path, chat_prompts: Path | None, gen_batch: int,
     """data_dir's shards answer one prompt set, `gen_batch` prompts per shard: the chat_prompts.json they mix in (its
     sha256; none for the stdlib prompts alone) and the batch are recorded on first use (a record without the batch
     has the preset's, `preset_batch`), and other ones are refused in one clear line."""
+    from ..bundle import file_sha256
     from ..errors import YggcError
-    from .loop import file_sha256
 
     want = {"chat_prompts_sha256": file_sha256(chat_prompts) if chat_prompts else None, "gen_batch": gen_batch}
     record = data_dir / "source.json"
