@@ -83,7 +83,7 @@ def contention_line(record: dict) -> str:
     """The one line that says a plan was priced on a busy machine, and what to do about it."""
     return (f"other programs took {record['other_cores']:.1f} cores' worth of CPU while the compile profiled "
             f"(measured {record['tries']} times): the timings, and the plan priced from them, may be off; "
-            "compile again when the machine is quiet")
+            "compile again when the machine is quiet (its packages come from the package cache)")
 
 
 def measure_until_quiet(measure: Callable[[bool], dict], note: Callable[[str], None], tries: int = TRIES,

@@ -28,7 +28,7 @@ from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
 from ..runtime.verify_phase import GreedyVerifyPhase
-from . import external_constants, tied_head
+from . import external_constants, package_cache, tied_head
 from .frozen_export import FrozenForward
 from .kernels import avx2_bf16_gemm, avx512_bf16_gemm, kernel_library
 
@@ -84,17 +84,23 @@ def view_dim(max_seq: int) -> Dim:
 
 def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple | dict, out_path: Path, opt: OptLevel = OptLevel.O1,
                     device: str = "cpu") -> Path:
-    """Export `module` on `inputs` with the `dynamic` dims (torch.export's dynamic_shapes); compile to out_path."""
+    """Export `module` on `inputs` with the `dynamic` dims (torch.export's dynamic_shapes); compile to out_path, or
+    copy what an earlier compile of the same program made (the active package cache)."""
     graph = module.call if isinstance(module, FrozenForward) else module  # FrozenForward hides its graph
     attend = exported_attention(device)
     set_exported_attention(graph, attend)
     program = torch.export.export(module, inputs, dynamic_shapes=dynamic)
     sparse = any(isinstance(m, MoeFeedForward) for m in graph.modules())
     config = inductor_config(opt, device, sparse)
-    if constants_beside(opt, device, sparse):
-        external_constants.compile_beside(program, out_path, config)
-    else:
-        torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=config)
+    cache = package_cache.active()  # the compile's (passes/package_cache.py); none outside one
+    key = package_cache.program_key(program, config, device, weights_inside=opt == OptLevel.O2) if cache else ""
+    if cache is None or not cache.fetch(key, out_path):
+        if constants_beside(opt, device, sparse):
+            external_constants.compile_beside(program, out_path, config)
+        else:
+            torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=config)
+        if cache:
+            cache.store(key, out_path)
     if attend is kernel_ops.attend_rows:  # the packages call the op: the runtime loads it from beside them
         kernel_library.install_beside(out_path)
     return out_path

@@ -36,6 +36,7 @@ from ..runtime.drafters import (
 )
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import verifier_loader
+from . import package_cache
 from .calibrate import calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .contention import contention_line, measure_until_quiet
@@ -186,6 +187,7 @@ class CompileState:
     loaded: dict | None = None
     writer: BundleWriter | None = None
     cxx: str = ""
+    packages: package_cache.PackageCache | None = None  # lowered packages kept across compiles
     buckets: list[dict] = field(default_factory=list)
     compiled: dict[str, CompiledModel] | None = None
     shape: TreeShape | None = None
@@ -210,6 +212,7 @@ def copy_pass(s: CompileState, note: Note) -> str:
     s.cxx = package_compiler(s.job, s.log)
     s.writer = s.stack.enter_context(bundle_writer(s.job.out, s.job.overwrite))
     s.stack.enter_context(building_with(s.cxx))
+    s.packages = s.stack.enter_context(package_cache.using(package_cache.cache_root()))
     kept = {name: stores_weights(name, s.job.opt, s.widths) for name in s.loaded}
     for name, model in s.loaded.items():
         s.writer.copy_model_dir(model.path, name, weights=kept[name])
@@ -324,7 +327,7 @@ class CompilePass:
 
 PASSES = (
     CompilePass(load_pass, ("job",), ("head", "widths", "loaded")),
-    CompilePass(copy_pass, ("loaded", "widths"), ("writer", "cxx")),
+    CompilePass(copy_pass, ("loaded", "widths"), ("writer", "cxx", "packages")),
     CompilePass(lower_pass, ("loaded", "widths", "writer"), ("buckets", "compiled")),
     CompilePass(calibrate_pass, ("loaded", "compiled"), ("cal", "shape", "plan"), calibrated),
     CompilePass(predictor_pass, ("cal",), ("adaptive",), calibrated),
@@ -355,5 +358,7 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
             if closing is not None:
                 note(closing)
             bar.update(1)
-    log(f"yggc: wrote {job.out} in {time.perf_counter() - state.started:.1f} s")
+    cached = state.packages.hits if state.packages else 0
+    log(f"yggc: wrote {job.out} in {time.perf_counter() - state.started:.1f} s"
+        + (f" ({cached} package{'s' * (cached > 1)} from {state.packages.root})" if cached else ""))
     return job.out

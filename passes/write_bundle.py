@@ -35,7 +35,7 @@ def _temp_name(out: Path, kind: str) -> Path:
     return out.parent / f".{out.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -54,7 +54,7 @@ def clean_stale_partials(out_path: str | Path) -> list[Path]:
     removed = []
     for p in sorted(out.parent.iterdir()):
         match = pattern.fullmatch(p.name)
-        if not match or _pid_alive(int(match[2])):
+        if not match or pid_alive(int(match[2])):
             continue
         if match[1] == "old" and not out.exists():
             os.rename(p, out)  # killed between the two renames of an overwrite: put the old bundle back

@@ -17,6 +17,25 @@ except ImportError:
     pass
 
 
+@pytest.fixture(scope="session", autouse=True)
+def package_cache_of_the_run(tmp_path_factory):
+    """Compiles keep their packages in one folder of this test run (shared by the xdist workers: the parent of
+    their base temp folders), never in the user's ~/.cache/yggc/packages."""
+    import os
+
+    from yggc.passes import package_cache
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    before = os.environ.get(package_cache.ENV)
+    os.environ[package_cache.ENV] = str(shared / "packages")  # compile subprocesses inherit it
+    yield
+    if before is None:
+        os.environ.pop(package_cache.ENV)
+    else:
+        os.environ[package_cache.ENV] = before
+
+
 def pytest_collection_modifyitems(config, items):
     # files marked slow (they compile bundles for minutes) first: the parallel run hands out whole files in
     # this order, so the long ones start at once instead of leaving one worker busy at the end

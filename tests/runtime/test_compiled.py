@@ -41,12 +41,38 @@ def bundle(pair_dirs, tmp_path_factory):
     SHAPE as the only candidate, so the tests below know the plan."""
     root = tmp_path_factory.mktemp("b")
     (root / "calib.txt").write_text("".join(TEXT) * 3)
+    lines = []
+    compile_bundle(calibrated_job(pair_dirs, root, root / "bundle"), log=lines.append)
+    (root / "compile.log").write_text("\n".join(lines))
+    return root / "bundle"
+
+
+def calibrated_job(pair_dirs, root: Path, out: Path) -> CompileJob:
     calib = CalibrationSpec((root / "calib.txt",), n_prompts=2, prompt_tokens=16, new_tokens=24,
                             max_depth=SHAPE.depth, widths=(1, 2), pin_depth=SHAPE.depth, pin_verify=SHAPE.verify,
                             temperature=0.8, probe=False)  # no probe widths: four O1 packages fewer to compile
-    out = root / "bundle"
-    compile_bundle(CompileJob(*pair_dirs, out, None, max_seq=128, profile_repeats=3, calib=calib), log=lambda m: None)
-    return out
+    return CompileJob(*pair_dirs, out, None, max_seq=128, profile_repeats=3, calib=calib)
+
+
+def test_compiling_again_takes_every_package_from_the_cache(pair_dirs, bundle, tmp_path, monkeypatch):
+    """The fixture's compile kept its packages (passes/package_cache.py) and took the drafter's forward buckets from
+    the verifier's (one architecture; O1 packages hold no weights); the same job again lowers nothing and writes
+    the same packages, which decode as the verifier alone does."""
+    first = (bundle.parent / "compile.log").read_text().splitlines()[-1]
+    assert int(first.split(" (")[1].split()[0]) >= 2 and "packages from" in first  # the drafter's W=1 and W=32
+
+    def lowering(*args, **kwargs):
+        raise AssertionError("lowered a package the cache holds")
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lowering)
+    lines = []
+    again = compile_bundle(calibrated_job(pair_dirs, bundle.parent, tmp_path / "again"), log=lines.append)
+    packages = sorted((bundle / "artifacts").glob("*.pt2"))
+    assert f"({len(packages)} packages from " in lines[-1]
+    assert all((again / "artifacts" / p.name).read_bytes() == p.read_bytes() for p in packages)
+    rt = Runtime.load(again)
+    prompt = [5, 17, 240, 3, 99]
+    assert rt.generate(prompt, 32).tokens == eager_ar(rt, prompt, 32)
 
 
 def eager_ar(rt, prompt, n):
@@ -217,7 +243,8 @@ def test_killed_compile_leaves_no_bundle(pair_dirs, tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "yggc.cli", "compile", "-m", str(pair_dirs[0]), "-md",
                              str(pair_dirs[1]), "-o", str(out), "--max-seq", "64", "--depth", "2", "--width", "3",
                              "--opt", "O1"],  # O1: its first package is written sooner than O2's
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "YGGC_PACKAGE_CACHE": "off"})  # lowers all
     # SIGTERM once a package is written (mid-compile, where Inductor once swallowed the signal's exception);
     # SIGKILL as soon as the checkpoint copies are in the partial directory
     written = "artifacts/*.pt2" if sig == signal.SIGTERM else "verifier/config.json"
