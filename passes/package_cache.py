@@ -66,21 +66,23 @@ class PackageCache:
         return True
 
     def store(self, key: str, out_path: Path) -> None:
-        """Keep out_path and the constants file beside it (if any) under `key`."""
+        """Keep out_path and the constants file beside it (if any) under `key`. A cache that cannot take them (a
+        full disk; another compile stored the key first) leaves the compile as it is."""
         produced = [p for p in (out_path, constants_path(out_path)) if p.is_file()]
         tmp = self.root / f".{key}.{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        files = {}
-        for p in produced:
-            name = p.name.replace(out_path.stem, "package", 1)
-            shutil.copyfile(p, tmp / name)
-            files[name] = file_sha256(tmp / name)
-        (tmp / ENTRY).write_text(json.dumps({"files": files}))
         try:
-            os.rename(tmp, self.root / key)
-        except OSError:  # another compile stored the same key first
             shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            files = {}
+            for p in produced:
+                name = p.name.replace(out_path.stem, "package", 1)
+                shutil.copyfile(p, tmp / name)
+                files[name] = file_sha256(tmp / name)
+            (tmp / ENTRY).write_text(json.dumps({"files": files}))
+            os.rename(tmp, self.root / key)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
         self.prune()
 
     def prune(self) -> None:
@@ -111,11 +113,15 @@ def cache_root() -> Path | None:
 
 @contextmanager
 def using(root: Path | None) -> Iterator[PackageCache | None]:
-    """compile_program consults the cache at `root` inside the block (none when root is None)."""
+    """compile_program consults the cache at `root` inside the block (none when root is None or cannot be made)."""
+    try:
+        if root is not None:
+            root.mkdir(parents=True, exist_ok=True)
+    except OSError:  # a folder this user cannot write: compile without a cache
+        root = None
     if root is None:
         yield None
         return
-    root.mkdir(parents=True, exist_ok=True)
     _active.append(PackageCache(root))
     try:
         yield _active[-1]

@@ -106,3 +106,13 @@ def test_a_compile_leaves_the_key_of_the_next_program_as_it_was(tmp_path):
     key = program_key(exported(), {}, "cpu", weights_inside=False)
     torch._inductor.aoti_compile_and_package(exported(), package_path=str(tmp_path / "p.pt2"))
     assert program_key(exported(), {}, "cpu", weights_inside=False) == key
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_compile_alone(tmp_path):
+    (tmp_path / "file").write_text("")
+    with package_cache.using(tmp_path / "file" / "cache") as cache:  # under a file: no folder can be made
+        assert cache is None and package_cache.active() is None
+    cache = PackageCache(tmp_path / "file")  # a file where the folder should be
+    (tmp_path / "src").mkdir()
+    cache.store("k", package_files(tmp_path / "src", "v", b"abc"))  # not kept, and no error
+    assert not cache.fetch("k", tmp_path / "src" / "out.pt2")
