@@ -134,11 +134,14 @@ def active() -> PackageCache | None:
 
 
 @functools.cache
-def compiler_version(cxx: str) -> str:
+def build_identity(device: str, cxx: str) -> str:
+    """What every package of a process is built with (worked out once): the key's version, torch, the passes' and
+    graphs' sources, the machine, and the C++ compiler's --version."""
     try:
-        return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
-        return ""
+        version = ""
+    return "\0".join((KEY_VERSION, torch.__version__, passes_hash(), machine_identity(device), version))
 
 
 def machine_identity(device: str) -> str:
@@ -157,7 +160,7 @@ def tensor_digest(h, name: str, t: torch.Tensor, values: bool) -> None:
     """Feed `h` a tensor's name, dtype and shape, and its bytes when `values` (a meta tensor has none)."""
     h.update(f"{name} {t.dtype} {tuple(t.shape)}\0".encode())
     if values and not t.is_meta and t.numel():
-        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())  # its buffer, not a copy
 
 
 def inductor_settings() -> dict:
@@ -173,8 +176,7 @@ def program_key(program: ExportedProgram, config: dict, device: str, weights_ins
     shapes always."""
     h = hashlib.sha256()
     cxx = torch._inductor.config.cpp.cxx
-    parts = (KEY_VERSION, torch.__version__, passes_hash(), machine_identity(device),
-             compiler_version(cxx[-1] if isinstance(cxx, tuple) else str(cxx)),
+    parts = (build_identity(device, cxx[-1] if isinstance(cxx, tuple) else str(cxx)),
              json.dumps(config, sort_keys=True, default=str),
              json.dumps(inductor_settings(), sort_keys=True, default=str),
              program.graph_module.print_readable(print_output=False, include_stride=True, include_device=True),

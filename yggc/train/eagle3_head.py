@@ -78,9 +78,13 @@ def reference_samples(target: Path, data_preset: str, count: int, corpus: Path |
     return out
 
 
+def answer_length(sample: Sample) -> int:
+    """Its answer tokens: the positions the head is trained on, each labelled by the verifier."""
+    return len(sample.ids) - sample.answer_start
+
+
 def label_tokens(samples: list[Sample]) -> int:
-    """The answer tokens of `samples`: the positions the head is trained on, each labelled by the verifier."""
-    return sum(len(s.ids) - s.answer_start for s in samples)
+    return sum(map(answer_length, samples))
 
 
 def budget_prefixes(parts: tuple[list[Sample], ...], budget: int | None) -> tuple[int, ...]:
@@ -92,7 +96,7 @@ def budget_prefixes(parts: tuple[list[Sample], ...], budget: int | None) -> tupl
         return tuple(len(p) for p in parts)
     share, out = budget / sum(totals), []
     for part, total in zip(parts, totals):
-        cum = np.cumsum([len(s.ids) - s.answer_start for s in part]) if part else np.zeros(0)
+        cum = np.cumsum([answer_length(s) for s in part])
         out.append(min(len(part), int(np.searchsorted(cum, share * total)) + 1) if total else 0)
     return tuple(out)
 
