@@ -9,8 +9,10 @@ O2: one package per model with the width W dynamic too (1..max_width), serving e
     model. Weights are frozen into it and packed once for Inductor's C++ GEMM template (max-autotune),
     which keeps small-W steps at the memory floor where the BLAS library's small-M GEMMs are not
     (docs/benchmarks/cpu-verify-curve.md); the KV caches are its inputs (frozen_export.FrozenForward). The
-    phases run eagerly around it, so the weights exist once. On a CPU the packed constants are written
-    beside the package (external_constants.py) and the runtime maps them instead of copying them.
+    verify phase runs eagerly around it, so the verifier's weights exist once; an EAGLE-3 head's draft phase
+    is one package of its own (lower_frozen_draft_phase), the head's layer frozen in a second time. On a CPU
+    the packed constants are written beside the package (external_constants.py) and the runtime maps them
+    instead of copying them.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from ..graphs import LlamaGraph
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
+from ..runtime.draft_phase import FrozenPhase
 from ..runtime.verify_phase import GreedyVerifyPhase
 from . import external_constants, package_cache, tied_head
 from .frozen_export import FrozenForward
@@ -162,6 +165,17 @@ def lower_draft_phase(phase: torch.nn.Module, max_seq: int, out_path: Path, devi
     """The whole draft phase (head step, D-1 tree steps, top-W growth) of any drafter kind -> one package."""
     inputs, view_arg = phase.export_inputs(max_seq, device)
     return compile_program(phase, inputs, view_only(len(inputs), view_arg, 0, max_seq), out_path, opt, device)
+
+
+def lower_frozen_draft_phase(phase: FrozenPhase, max_seq: int, out_path: Path, device: str = "cpu",
+                             opt: OptLevel = OptLevel.O2) -> Path:
+    """The whole draft phase with the drafter's weights frozen in, its caches and then its fed tables as static
+    trailing inputs (clones: no aliasing) -> one package (O2)."""
+    module = FrozenForward(phase.module, "forward", unused=phase.unused, fed=phase.fed)
+    inputs, view_arg = phase.module.export_inputs(max_seq, device)
+    static = tuple(t.detach().clone() for t in (*phase.module.cache_tensors(), *phase.fed_tensors()))
+    dims = (*view_only(len(inputs), view_arg, 0, max_seq), *(None for _ in static))
+    return compile_program(module, (*inputs, *static), {"inputs": dims}, out_path, opt, device)
 
 
 def lower_verify_phase(phase: GreedyVerifyPhase, n_nodes: int, max_seq: int, out_path: Path,

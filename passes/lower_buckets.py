@@ -7,11 +7,18 @@ from pathlib import Path
 from ..artifacts.buckets import CompiledModel, bucket_name, load_bucket
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime.autoregressive import PREFILL_CHUNK
-from ..runtime.drafters import kind_of, speculative_decoder
+from ..runtime.drafters import frozen_draft_runner, kind_of, speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import rank_world
 from .job import CompileJob
-from .lower import lower_bucket, lower_draft_phase, lower_head_model, lower_model, lower_verify_phase
+from .lower import (
+    lower_bucket,
+    lower_draft_phase,
+    lower_frozen_draft_phase,
+    lower_head_model,
+    lower_model,
+    lower_verify_phase,
+)
 from .lower_tensorrt import lower_bucket_tensorrt
 from .tensor_parallel_bundle import barrier, split_file
 from .write_bundle import BundleWriter
@@ -46,11 +53,15 @@ def lowered_widths(buckets: list[dict]) -> dict[str, list[int]]:
             for name in ("verifier", "drafter")}
 
 
-def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
+def draft_phase_record(shape: TreeShape) -> dict:
     name = f"draft_d{shape.depth}_w{shape.width}"
     return {"name": name, "model": "drafter", "kind": "draft_phase", "depth": shape.depth, "width": shape.width,
-            "file": f"artifacts/{name}.pt2",
-            "module": kind_of(drafter).draft_phase(drafter, shape, vocab, drafter.n_slots - 1)}
+            "file": f"artifacts/{name}.pt2"}
+
+
+def draft_phase_bucket(shape: TreeShape, drafter, vocab: int) -> dict:
+    module = kind_of(drafter).draft_phase(drafter, shape, vocab, drafter.n_slots - 1)
+    return {**draft_phase_record(shape), "module": module}
 
 
 def verify_phase_bucket(shape: TreeShape, verifier, drafter) -> dict:
@@ -129,6 +140,22 @@ def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJo
     return [draft, verify]
 
 
+def lower_frozen_draft_phase_bucket(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJob,
+                                    step) -> list[dict]:
+    """O2: the draft phase at `shape` as one package with the drafter's weights frozen in, where the drafter's
+    kind compiles one (an EAGLE-3 head); else nothing (the phase runs eagerly around the drafter's package)."""
+    drafter = loaded["drafter"].graph
+    phase = kind_of(drafter).frozen_draft_phase(drafter, shape, loaded["verifier"].graph.cfg.vocab_size,
+                                                drafter.n_slots - 1)
+    if phase is None:
+        step(f"the draft phase runs eagerly around {kind_of(drafter).description}'s package")
+        return []
+    record = draft_phase_record(shape)
+    lower_frozen_draft_phase(phase, job.max_seq, w.path(record["file"]), job.device, job.opt)
+    step(f"lowered the draft phase D={shape.depth} W={shape.width} with the drafter's weights frozen in")
+    return [record]
+
+
 def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, Path]:
     return {b["width"]: root / b["file"] for b in buckets if b["model"] == model and b["kind"] == "forward"}
 
@@ -136,8 +163,12 @@ def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, P
 def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel], buckets: list[dict],
                      shape: TreeShape, job: CompileJob) -> SpeculativeDecoder:
     """The decoder the runtime will build from these buckets (for profiling)."""
-    if job.opt == "O2":  # eager phases around the compiled models
-        return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape)
+    if job.opt == "O2":  # the draft phase's package where the drafter's kind has one, else eager phases
+        v, d = loaded["verifier"].graph, loaded["drafter"].graph
+        draft = next((b for b in buckets if b["kind"] == "draft_phase"), None)
+        runner = draft and frozen_draft_runner(root / draft["file"], d, shape, v.cfg.vocab_size)
+        return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
+                                   draft_phase=runner)
     draft, verify = (next(b for b in buckets if b["kind"] == kind) for kind in ("draft_phase", "verify_phase"))
     v, d = loaded["verifier"].graph, loaded["drafter"].graph
     draft_runner = load_bucket(root / draft["file"], kind_of(d).draft_phase(d, shape, v.cfg.vocab_size, job.max_seq))

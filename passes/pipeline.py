@@ -3,8 +3,9 @@ over one CompileState; the progress bar counts passes, so its total is the lengt
 
 load the pair -> copy the checkpoints -> lower forward buckets -> [with --calib: profile them, calibrate, choose the
 tree shape by the objective -> train the depth predictor -> lower the plan's buckets] -> lower the draft/verify
-phases (O1) -> profile -> [decode check] -> price the stage plans (passes/plan.py) -> write the bundle (atomic).
-At O2 each model is lowered once, at every width (passes/lower.py), and the phases run eagerly.
+phases (O1; at O2 the draft phase where the drafter's kind compiles one) -> profile -> [decode check] -> price the
+stage plans (passes/plan.py) -> write the bundle (atomic). At O2 each model is lowered once, at every width
+(passes/lower.py), and the other phases run eagerly.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from .lower_buckets import (
     compiled_decoder,
     forward_packages,
     lower_forward_buckets,
+    lower_frozen_draft_phase_bucket,
     lower_phases,
     lowered_widths,
     package_width,
@@ -264,6 +266,10 @@ def phases_pass(s: CompileState, note: Note) -> None:
     s.buckets += lower_phases(s.writer, s.loaded, s.shape, s.job, note)
 
 
+def frozen_phase_pass(s: CompileState, note: Note) -> None:
+    s.buckets += lower_frozen_draft_phase_bucket(s.writer, s.loaded, s.shape, s.job, note)
+
+
 def profile_pass(s: CompileState, note: Note) -> str:
     """Profile every stage, again while other programs take CPU time (passes/contention.py)."""
     s.decoder = compiled_decoder(s.writer.root, s.loaded, s.compiled, s.buckets, s.shape, s.job)
@@ -333,6 +339,7 @@ PASSES = (
     CompilePass(predictor_pass, ("cal",), ("adaptive",), calibrated),
     CompilePass(plan_buckets_pass, ("shape", "plan", "compiled"), ("buckets", "compiled"), calibrated),
     CompilePass(phases_pass, ("loaded", "shape"), ("buckets",), lambda job: job.opt == OptLevel.O1),
+    CompilePass(frozen_phase_pass, ("loaded", "shape"), ("buckets",), lambda job: job.opt == OptLevel.O2),
     CompilePass(profile_pass, ("compiled", "buckets", "shape"), ("decoder", "profile")),
     CompilePass(decode_check_pass, ("plan", "profile", "decoder"), ("plan",), calibrated),
     CompilePass(stage_plan_pass, ("shape", "profile"), ("plan",)),

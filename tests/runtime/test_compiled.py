@@ -213,12 +213,13 @@ def test_run_trace_times_iterations_beside_the_plan(bundle, tmp_path, capsys):
     iterations = [e for e in events if e["name"] == "iteration"]
     assert len(iterations) == res["n_iterations"] == res["trace"]["iterations"]
     calls = {e["name"] for e in events if e.get("tid") == 3 and e["pid"] == 1}
-    assert {"draft", "verify"} <= calls  # O1: each phase is one compiled call
+    assert {"draft phase", "verify phase"} <= calls  # O1: each phase is one compiled call
     planned = [e["name"] for e in events if e["pid"] == 2 and e["ph"] == "X"]
     assert planned[:7] == ["head", "draft1", "draft2", "prune", "verify", "accept", "compact"]
     t = res["trace"]
     assert 0 < t["model_ms"] <= t["iteration_ms"] and t["host_bubble_ms"] >= 0
-    assert t["draft_host_ms"] == t["verify_host_ms"] == 0  # O1: each phase is one compiled call, no host time inside
+    # O1: a phase's host time is what builds its package's inputs and reads its outputs, around the one call
+    assert 0 <= t["draft_host_ms"] < t["draft_ms"] and 0 <= t["verify_host_ms"] < t["verify_ms"]
     assert main(["run", str(bundle), "--prompt-ids", "5,6,7", "--no-spec", "--trace", str(out)]) == 2
     assert "--trace times speculative iterations" in capsys.readouterr().err
 

@@ -1,5 +1,5 @@
-"""Bundles with an EAGLE-3 head: the fused draft phase (head step + tree steps + growth) and the verify phase
-(handing the accepted path's features over) are compiled, and decoding stays lossless."""
+"""Bundles with an EAGLE-3 head: the fused draft phase (head step + tree steps + growth; O1 and O2) and the verify
+phase (handing the accepted path's features over; O1) are compiled, and decoding stays lossless."""
 import json
 import shutil
 
@@ -93,7 +93,13 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     assert rt.verifier.graph.caches()[0].k.dtype == dtype and rt.drafter.graph.caches()[0].k.dtype == dtype
     tree = rt.decoder(speculative=True)
     assert isinstance(tree, Eagle3Decoder)
-    assert rt.compiled["verifier"].features and not rt.draft_runners and not rt.verifier.graph.has_weights
+    assert rt.compiled["verifier"].features and not rt.verifier.graph.has_weights
+    # the draft phase is one package: the head's layer frozen in, its caches and the verifier's table passed in
+    phase = rt.draft_runners[(SHAPE.depth, SHAPE.width)]
+    embed = rt.drafter.graph.embed
+    assert tree.run_draft is phase and phase.caches[-1] is (embed.weight if dtype == torch.float32 else embed.packed)
+    assert phase.caches[:-1] == tuple(rt.drafter.graph.cache_tensors())
+    assert not any(part in name for name in phase.runner.get_constant_fqns() for part in ("embed", "fc_"))
     head = rt.compiled["drafter"]  # the head's own package at every width, without the verifier's embedding
     own = load_eagle3(pair_dirs[1], pair_dirs[0], 2, dtype)  # the head's checkpoint
     assert torch.equal(head.graph.fc.weight, own.fc.weight) and torch.equal(head.graph.draft_ids, own.draft_ids)
@@ -119,6 +125,28 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     sampled = SamplingParams(temperature=1.0, top_p=0.9, seed=7)
     runs = [[t for c in tree.stream(prompt, 24, sampled) for t in c] for _ in range(2)]
     assert runs[0] == runs[1] and len(runs[0]) == 24  # seeded runs repeat
+
+
+def test_the_draft_phase_package_grows_the_eager_phases_tree(bundles):
+    """O2's draft phase package (head step, tree steps and growth in one call) drafts the tree the eager phase
+    around the head's package drafts from the same pending pairs, and writes the same K/V into the head's cache."""
+    rt = Runtime.load(bundles(torch.float32))
+    tree = rt.decoder(speculative=True)
+    assert tree.run_draft is not tree.draft_phase
+    eager = rt.decoder(speculative=True, compiled_draft=False)  # what `yggc bench --shapes` sets beside it
+    assert eager.run_draft is eager.draft_phase
+    for seed in range(3):
+        prompt = torch.randint(1, 8, (5 + 6 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        tree.prefill_models(prompt)
+        inputs = tree.phase_inputs([prompt[-1]], len(prompt))
+        compiled = tree.run_draft(*inputs)
+        cache = [t.clone() for t in rt.drafter.graph.cache_tensors()]
+        eager = tree.draft_phase(*inputs)
+        for name, a, b in zip(("tokens", "parents", "depth"), compiled, eager):
+            assert torch.equal(a, b), name
+        torch.testing.assert_close(compiled[3], eager[3], atol=1e-5, rtol=1e-5)  # cum_logp
+        for a, b in zip(cache, rt.drafter.graph.cache_tensors()):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -45,10 +45,15 @@ def decode_rows(decoders: dict, prompts: list[list[int]], n: int, repeats: int, 
 
 
 def shape_decoders(rt: Runtime, shapes: list[TreeShape]) -> dict:
-    """Compiled AR, the bundle's plan (with its depth predictor, if any) and each forced shape."""
+    """Compiled AR, the bundle's plan (with its depth predictor, if any) and each forced shape; a shape whose draft
+    phase the bundle compiled (O2, an EAGLE-3 head) also drafted eagerly around the head's package."""
     plan = f"plan {rt.shape.short}{' + depth predictor' if rt.policy else ''}"
-    return {"compiled AR": rt.decoder(speculative=False), plan: rt.decoder()} | {
-        s.short: rt.decoder(shape=s) for s in shapes}
+    rows = {"compiled AR": rt.decoder(speculative=False), plan: rt.decoder()}
+    for s in shapes:
+        rows[s.short] = rt.decoder(shape=s)
+        if rt.manifest.opt == "O2" and (s.depth, s.width) in rt.draft_runners:
+            rows[f"{s.short} eager draft phase"] = rt.decoder(shape=s, compiled_draft=False)
+    return rows
 
 
 def shapes_table(rows: dict[str, DecodedRow], bubble: bool = False) -> str:

@@ -35,7 +35,8 @@ class OptLevel(StrEnum):
     """`yggc compile --opt`, recorded as manifest.json's extra.opt (passes/lower.py's INDUCTOR_CONFIGS).
     A StrEnum: equal to its plain string and written to JSON as it."""
     O1 = "O1"  # a weightless package per width plus fused draft/verify phase packages
-    O2 = "O2"  # one package per model for every width, weights frozen in; eager phases around it
+    O2 = "O2"  # one package per model for every width, weights frozen in; eager phases around it (an EAGLE-3
+    # head's draft phase: one package)
 
 
 @dataclass(frozen=True)

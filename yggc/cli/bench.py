@@ -93,7 +93,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", type=comma_list, metavar="DxWxV,...",
                    help="instead of the rows: these tree shapes forced through --bundle's compiled packages beside "
                         "its plan and its compiled AR, greedy, interleaved per prompt after a warm-up round: mean "
-                        "accepted length, TPOT and whether each row equals the first (exit 1 if not)")
+                        "accepted length, TPOT and whether each row equals the first (exit 1 if not); a shape whose "
+                        "draft phase the bundle compiled is also run drafting eagerly, beside it")
     p.add_argument("--host-bubble", action="store_true",
                    help="with --shapes: trace the tree rows and add each one's median host bubble per iteration "
                         "(time outside the compiled model calls)")

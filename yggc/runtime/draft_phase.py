@@ -5,6 +5,8 @@ top-W growth into a single call (yggdrasil.txt, section 4.2: all draft graphs la
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -19,6 +21,19 @@ def align_vocab(logits: torch.Tensor, vocab: int) -> torch.Tensor:
         return logits[..., :vocab]
     pad = logits.new_full((*logits.shape[:-1], vocab - logits.shape[-1]), float("-inf"))
     return torch.cat([logits, pad], dim=-1)
+
+
+@dataclass(frozen=True)
+class FrozenPhase:
+    """A draft phase an O2 bundle compiles with the drafter's weights frozen in (DrafterKind.frozen_draft_phase):
+    its package takes the module's forward inputs, then module.cache_tensors(), then the `fed` parameters."""
+    module: nn.Module        # the phase: forward(*inputs, *caches), export_inputs(), cache_tensors()
+    unused: tuple[str, ...]  # parameters (by the module's names) the phase never reads: not in the package
+    fed: tuple[str, ...]     # parameters passed in after the caches instead of frozen in: tables the runtime shares
+
+    def fed_tensors(self) -> tuple[torch.Tensor, ...]:
+        params = dict(self.module.named_parameters(remove_duplicate=False))
+        return tuple(params[name] for name in self.fed)
 
 
 class DraftPhase(nn.Module):

@@ -140,8 +140,10 @@ class Runtime:
         kind = drafters.kind_of(d)
         for b in buckets:
             if b.kind == "draft_phase":  # drafting reads D and W only
-                phase = kind.draft_phase(d, TreeShape(b.depth, b.width, 1), v.cfg.vocab_size, manifest.max_seq)
-                rt.draft_runners[(b.depth, b.width)] = load_bucket(path / b.file, phase)
+                shape = TreeShape(b.depth, b.width, 1)
+                rt.draft_runners[(b.depth, b.width)] = (
+                    drafters.frozen_draft_runner(path / b.file, d, shape, v.cfg.vocab_size) if opt == OptLevel.O2
+                    else load_bucket(path / b.file, kind.draft_phase(d, shape, v.cfg.vocab_size, manifest.max_seq)))
             if b.kind == "verify_phase":
                 phase = kind.verify_phase(v, TreeShape(b.depth, b.width, b.verify))
                 rt.verify_runners[(b.depth, b.width, b.verify)] = load_bucket(path / b.file, phase)
@@ -149,14 +151,16 @@ class Runtime:
 
     def decoder(self, speculative: bool | None = None, shape: TreeShape | None = None,
                 chain_rule: ChainRule = ChainRule.BLOCK, tree_rule: TreeRule = TreeRule.RRS, adaptive: bool = True,
-                sampling: bool = False, suffix_branches: bool = False):
+                sampling: bool = False, suffix_branches: bool = False, compiled_draft: bool = True):
         """The plan's decoder; speculative=True/False or a shape overrides the plan's verdict. At T > 0,
         chains use `chain_rule` ("block" or "token") and trees `tree_rule` ("rrs", "traversal" or "point-mass";
         yggc/tree/rules.py: the members or their strings).
         Greedy decoding picks each iteration's shape with the bundle's depth predictor unless a shape is
         given or adaptive=False. sampling=True (a T > 0 request) takes the plan calibrated at a temperature,
         where the bundle has one. suffix_branches=True: the text's suffix matches join the drafter's tree
-        (runtime/drafters/suffix_branches.py; sampled trees are then verified by the point-mass rule)."""
+        (runtime/drafters/suffix_branches.py; sampled trees are then verified by the point-mass rule).
+        compiled_draft=False drafts eagerly around the drafter's package where the bundle compiled the shape's
+        draft phase too (O2; to compare the two)."""
         layout = self.verifier.layout
         plan_shape, verdict = (self.sampling_plan if sampling and self.sampling_plan and shape is None
                                else (self.shape, self.speculate))
@@ -166,8 +170,9 @@ class Runtime:
             return AutoregressiveDecoder(self.compiled["verifier"], layout)
         policy = self.policy if adaptive and shape is None else None
         shape = shape or plan_shape
+        draft = self.draft_runners.get((shape.depth, shape.width)) if compiled_draft else None
         dec = drafters.speculative_decoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape,
-                                           chain_rule, tree_rule, self.draft_runners.get((shape.depth, shape.width)),
+                                           chain_rule, tree_rule, draft,
                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
         dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
         return with_suffix_branches(dec, iteration_ms=self.iteration_ms) if suffix_branches else dec

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 
 import torch
 
@@ -59,8 +60,10 @@ class SpeculativeDecoder(SampledDrafting):
         self.verifier, self.drafter, self.layout = verifier, drafter, layout
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
         self.phases: dict[TreeShape, tuple] = {}  # shape -> (draft module, draft runner, verify runner, its module)
-        # the bundle's compiled phases when it has them for this shape, else the same modules eagerly
-        self.compiled_phases = draft_phase is not None or verify_phase is not None
+        # the bundle's compiled phases when it has them for this shape, else the same modules eagerly. An O1 bundle
+        # compiles both, for its one shape (its models' buckets take that shape's widths only); an O2 one at most
+        # the draft phase, and its models' packages take any width, so other shapes run eager phases
+        self.fixed_shape = verify_phase is not None
         self.set_shape(shape, draft_phase, verify_phase)
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
         # greedy decoding picks each iteration's shape from the root's features (yggc/plan/depth_predictor.py)
@@ -90,7 +93,7 @@ class SpeculativeDecoder(SampledDrafting):
     def set_shape(self, shape: TreeShape, draft_phase=None, verify_phase=None) -> None:
         """Draft and verify with `shape` from the next iteration on (its eager phases are built once)."""
         if shape not in self.phases:
-            if self.phases and self.compiled_phases:
+            if self.phases and self.fixed_shape:
                 raise YggcError(f"this decoder runs compiled phases for one shape only, not {shape}; "
                                 "per-iteration shapes need the O2 bundle's eager phases")
             self.shape = shape  # the phase makers read it
@@ -186,7 +189,9 @@ class SpeculativeDecoder(SampledDrafting):
 
     def draft_tree(self, pending: list[int], n: int) -> Draft:
         """The EGT draft phase in one call: D drafter calls, W new nodes each."""
-        tokens, parents, depth, cum_logp, anc = self.run_draft(*self.phase_inputs(pending, n))
+        inputs = self.phase_inputs(pending, n)
+        with self.trace.span("draft phase", "models") if self.run_draft is not self.draft_phase else nullcontext():
+            tokens, parents, depth, cum_logp, anc = self.run_draft(*inputs)
         tree = TokenTree(tokens, parents, depth, cum_logp, self.shape.n_nodes)
         return Draft(tree, None, 1 + (self.shape.depth - 1) * self.shape.width, anc)
 
@@ -212,8 +217,10 @@ class SpeculativeDecoder(SampledDrafting):
         t = draft.tree
         wanted = self.verify_module.keep_path_logits = self.top_logprobs is not None
         run = self.verify_module if wanted else self.run_verify  # the eager module keeps the path's logits
-        emit, info, self.bonus_logits, *handoff = run(
-            t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n), self.view_slots(n + self.shape.verify + 1))
+        inputs = (t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n),
+                  self.view_slots(n + self.shape.verify + 1))
+        with self.trace.span("verify phase", "models") if run is not self.verify_module else nullcontext():
+            emit, info, self.bonus_logits, *handoff = run(*inputs)
         k, last_id, max_depth = info.tolist()
         self.new_logits = run.path_logits if wanted else None
         self.take_verify_outputs(handoff, slice(0, k + 1))  # the handoff's rows are the path's already
@@ -311,14 +318,13 @@ class SpeculativeDecoder(SampledDrafting):
             return self.fallback_step(pending[-1], n, params, gen, stop)
         pending = self.catch_up(pending, n)
         fused = params.greedy and self.constraint is None  # the greedy verify phase: no grammar masks inside
-        compiled = self.compiled_phases and fused  # each phase is one compiled call
         self.drafter_covered = n + 1  # the draft's head step leaves the drafter's slots 0..n exact, writes past them
         with self.trace.span("iteration", "decode"):
-            with self.trace.span("draft", "models" if compiled else "phases"):
+            with self.trace.span("draft", "phases"):
                 draft = (self.draft_sampled(pending, n, params, gen) if not params.greedy
                          else self.draft_tree(pending, n) if self.constraint is None
                          else self.draft_tree_constrained(pending, n))
-            with self.trace.span("verify", "models" if compiled else "phases"):
+            with self.trace.span("verify", "phases"):
                 new, last_id, max_depth = (self.verify_greedy(draft, n) if fused
                                            else self.verify_sampled(draft, n, params, gen))
         k = len(new) - 1

@@ -1,9 +1,9 @@
 """Wall-clock spans of the decode loop (`yggc run --trace out.json`), written as a Chrome trace.
 
 Tracks: "decode" (one span per iteration), "phases" (the draft and verify phases), "models" (each
-compiled call, from a bundle: the model forwards around eager phases, or the phases themselves where
-each is one compiled call). The host bubble of an iteration is its time outside compiled calls; a phase's host
-time is its time outside the compiled calls inside it (0 where the phase is one compiled call).
+compiled call, from a bundle: the model forwards around eager phases, or a phase's own package where it is one
+compiled call). The host bubble of an iteration is its time outside compiled calls; a phase's host time is its
+time outside the compiled calls inside it (what builds the inputs of a compiled phase and reads its outputs too).
 A bundle's stage plan can be laid beside the measured iterations as its own track ("plan estimate").
 """
 from __future__ import annotations
@@ -31,9 +31,7 @@ class Span:
 
 
 def host_ms(phase: Span, inside: list[Span]) -> float:
-    """A phase's time outside the compiled calls within it (0 when the phase is itself one compiled call)."""
-    if phase.track == "models":
-        return 0.0
+    """A phase's time outside the compiled calls within it."""
     calls = sum(s.ms for s in inside if s.track == "models" and phase.start_s <= s.start_s and s.end_s <= phase.end_s)
     return max(0.0, phase.ms - calls)
 

@@ -16,12 +16,14 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from ...artifacts.aoti_package import load_package
 from ...artifacts.buckets import CompiledModel
 from ...artifacts.cache_inputs import CacheInputBucket
 from ...artifacts.cache_layout import CacheLayout
 from ...bundle import OptLevel
 from ...plan.shape import TreeShape
 from ...tree.rules import ChainRule, TreeRule
+from ..draft_phase import FrozenPhase
 from ..loading import LoadedModel, load
 from ..speculative import SpeculativeDecoder
 from .eagle3_kind import Eagle3Kind
@@ -75,6 +77,11 @@ class DrafterKind(Protocol):
 
     def draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int, trash: int) -> nn.Module:
         """The fused draft phase module at `shape` (what an O1 bundle compiles)."""
+
+    def frozen_draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int,
+                           trash: int) -> FrozenPhase | None:
+        """The draft phase at `shape` an O2 bundle compiles with the drafter's weights frozen in, or None where
+        the kind's phase runs eagerly around its package."""
 
     def verify_phase(self, verifier_graph: nn.Module, shape: TreeShape) -> nn.Module:
         """The fused greedy verify phase module at `shape` (what an O1 bundle compiles)."""
@@ -142,3 +149,11 @@ def compiled_model(name: str, graph: nn.Module, packages: dict[int, Path], draft
     kind = kind_of(drafter)
     return CompiledModel(graph, packages, opt, backend, package_width, kind.features_package(name, opt),
                          kind.package_inputs(name, drafter), kind.package_bucket(name))
+
+
+def frozen_draft_runner(path: Path, drafter_graph: nn.Module, shape: TreeShape, vocab: int) -> CacheInputBucket:
+    """An O2 bundle's draft phase package (DrafterKind.frozen_draft_phase) bound to the drafter's caches and the
+    tables it is fed."""
+    phase = kind_of(drafter_graph).frozen_draft_phase(drafter_graph, shape, vocab, drafter_graph.n_slots - 1)
+    runner = load_package(path, next(drafter_graph.buffers()).is_cuda)
+    return CacheInputBucket(runner, phase.module, phase.fed_tensors())

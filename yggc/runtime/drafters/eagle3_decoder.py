@@ -22,6 +22,11 @@ from ..speculative import SpeculativeDecoder
 from ..verify_phase import GreedyVerifyPhase
 
 
+def unfused(features: torch.Tensor) -> torch.Tensor:
+    """The features as they come: the verifier's package already ran the head's fc on them."""
+    return features
+
+
 class Eagle3DraftPhase(nn.Module):
     """The EGT draft phase of an EAGLE-3 head, one fixed-shape module like DraftPhase."""
 
@@ -29,41 +34,51 @@ class Eagle3DraftPhase(nn.Module):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
         # defaults: what an O1 bundle compiles (Eagle3Kind.draft_phase), the head's graph and its own fc; a decoder
-        # passes its O2 package as `step` and Eagle3Decoder.fuse (nothing where the verifier's package ran fc)
+        # passes its O2 package as `step` and Eagle3Decoder.fuse (nothing where the verifier's package ran fc);
+        # an O2 bundle compiles the head's graph with `unfused` (Eagle3Kind.frozen_draft_phase)
         self.__dict__["step"] = head if step is None else step
         self.__dict__["fuse"] = head.fuse if fuse is None else fuse
 
-    def head(self, tokens, features, root_row, n, view_slots) -> tuple[torch.Tensor, torch.Tensor]:
+    def cache_tensors(self) -> list[torch.Tensor]:
+        """The head's K/V, which a package of this phase takes as inputs (O2)."""
+        return self.head_model.cache_tensors()
+
+    def feature_width(self) -> int:
+        """Width of the features the phase takes: the verifier's taps, or the head's hidden size once fused."""
+        fc = self.head_model.fc
+        return fc.out_features if self.fuse is unfused else fc.in_features
+
+    def head(self, tokens, features, root_row, n, view_slots, *caches) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending pairs (tokens [P], verifier features [P, F], or [P, H] fused; rows past root_row are
         padding and go to the trash slot), the last real one at slot n-1 -> (root logits [vocab], root output
-        feature [H])."""
+        feature [H]). caches: the head's K/V where a package takes them as inputs (O2), else none."""
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         slots = torch.where(rows <= root_row, n - 1 - root_row + rows, self.trash)  # position = slot
         mask = view_slots[None, :] <= slots[:, None]
-        logits, out = self.step(tokens, self.fuse(features), slots, slots, mask)
+        logits, out = self.step(tokens, self.fuse(features), slots, slots, mask, *caches)
         pick = root_row.view(1)
         return logits.index_select(0, pick)[0], out.index_select(0, pick)[0]
 
     def export_inputs(self, max_seq: int, device: str) -> tuple[tuple[torch.Tensor, ...], int]:
         """Example inputs for torch.export, and the index of view_slots (its length is the dynamic dim)."""
-        P, F = self.depth + 1, self.head_model.fc.in_features
+        P, F = self.depth + 1, self.feature_width()
         long = {"dtype": torch.long, "device": device}
         return (torch.zeros(P, **long), torch.zeros(P, F, dtype=self.head_model.fc.weight.dtype, device=device),
                 torch.tensor([0, 1], **long), torch.arange(max_seq, device=device)), 3
 
-    def forward(self, tokens, features, meta, view_slots):
+    def forward(self, tokens, features, meta, view_slots, *caches):
         """tokens [P] (the root at meta[0]), features [P, F], meta [2] = (root row, root slot n), view_slots [S]
-        -> tree tokens, parents, depth [N] long, cum_logp [N], ancestors [N, N]; N = 1 + D*W."""
+        (caches: as head()) -> tree tokens, parents, depth [N] long, cum_logp [N], ancestors [N, N]; N = 1 + D*W."""
         root_row, n = meta[0], meta[1]
         base, view = n - 1, view_slots.shape[0]  # tree node i at head slot base + i
-        root_logits, root_out = self.head(tokens, features, root_row, n, view_slots)
+        root_logits, root_out = self.head(tokens, features, root_row, n, view_slots, *caches)
         N = 1 + self.depth * self.width
         feats = root_out.new_zeros(N, root_out.shape[0]).index_copy(0, root_row.new_zeros(1), root_out[None])
         state = egt_from_root(tokens.index_select(0, root_row.view(1)), root_logits, self.depth, self.width, self.vocab)
         for _ in range(self.depth - 1):
             f = egt_frontier(state)
             logits, out = self.step(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,
-                                    tree_mask(base, f.mask, view))
+                                    tree_mask(base, f.mask, view), *caches)
             feats = feats.index_copy(0, f.ids, out)
             state = egt_step(state, torch.log_softmax(logits, -1))
         return state.tokens, state.parents, state.depth, state.cum_logp, state.anc

@@ -17,8 +17,9 @@ from ...graphs.eagle3 import Eagle3Graph
 from ...graphs.eagle3_checkpoint import check_eagle3_pair, is_eagle3, load_eagle3, load_eagle3_config
 from ...graphs.packed_table import PackedEmbedding
 from ...plan.shape import TreeShape
+from ..draft_phase import FrozenPhase
 from ..loading import LoadedModel
-from .eagle3_decoder import Eagle3Decoder, Eagle3DraftPhase, FeatureVerifyPhase
+from .eagle3_decoder import Eagle3Decoder, Eagle3DraftPhase, FeatureVerifyPhase, unfused
 
 
 def head_bucket(runner, head: nn.Module, fed: tuple[torch.Tensor, ...] = ()) -> HeadBucket:
@@ -89,6 +90,14 @@ class Eagle3Kind:
     def draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int, trash: int) -> nn.Module:
         """Eagle3DraftPhase: the head step over the pending pairs, D-1 tree steps fed their parents' features."""
         return Eagle3DraftPhase(drafter_graph, shape.depth, shape.width, vocab, trash)
+
+    def frozen_draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int, trash: int) -> FrozenPhase:
+        """Eagle3DraftPhase over the head's graph for an O2 package: it takes the features the verifier's package
+        fused (fc stays out) and gathers its rows from the verifier's embedding, passed in (not a copy)."""
+        phase = Eagle3DraftPhase(drafter_graph, shape.depth, shape.width, vocab, trash, fuse=unfused)
+        table = "embed.packed" if isinstance(drafter_graph.embed, PackedEmbedding) else "embed.weight"
+        fc = tuple(f"head_model.fc.{name}" for name, _ in drafter_graph.fc.named_parameters())
+        return FrozenPhase(phase, unused=fc, fed=(f"head_model.{table}",))
 
     def verify_phase(self, verifier_graph: nn.Module, shape: TreeShape) -> nn.Module:
         """FeatureVerifyPhase: greedy verification that also hands over the accepted path's features."""

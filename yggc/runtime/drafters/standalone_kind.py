@@ -66,6 +66,11 @@ class StandaloneKind:
         """DraftPhase: the head step, D-1 tree steps and top-W growth of the drafter's own forward."""
         return DraftPhase(drafter_graph, shape.depth, shape.width, vocab, trash)
 
+    def frozen_draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int, trash: int) -> None:
+        """None: at O2 the standalone drafter's phase runs eagerly around its package (a frozen copy of the phase
+        would hold the drafter's weights a second time)."""
+        return None
+
     def verify_phase(self, verifier_graph: nn.Module, shape: TreeShape) -> nn.Module:
         """GreedyVerifyPhase: prune, verify, accept and compact."""
         return GreedyVerifyPhase(verifier_graph, shape.depth, shape.verify)
