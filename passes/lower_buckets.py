@@ -140,20 +140,23 @@ def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJo
     return [draft, verify]
 
 
-def lower_frozen_draft_phase_bucket(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJob,
-                                    step) -> list[dict]:
-    """O2: the draft phase at `shape` as one package with the drafter's weights frozen in, where the drafter's
-    kind compiles one (an EAGLE-3 head); else nothing (the phase runs eagerly around the drafter's package)."""
-    drafter = loaded["drafter"].graph
-    phase = kind_of(drafter).frozen_draft_phase(drafter, shape, loaded["verifier"].graph.cfg.vocab_size,
-                                                drafter.n_slots - 1)
-    if phase is None:
-        step(f"the draft phase runs eagerly around {kind_of(drafter).description}'s package")
-        return []
-    record = draft_phase_record(shape)
-    lower_frozen_draft_phase(phase, job.max_seq, w.path(record["file"]), job.device, job.opt)
-    step(f"lowered the draft phase D={shape.depth} W={shape.width} with the drafter's weights frozen in")
-    return [record]
+def lower_frozen_draft_phases(w: BundleWriter, loaded: dict, shapes: list[TreeShape], job: CompileJob,
+                              step) -> list[dict]:
+    """O2: the draft phase at each (D, W) of `shapes` as one package with the drafter's weights frozen in, where
+    the drafter's kind compiles one (an EAGLE-3 head); else nothing (the phase runs eagerly around the drafter's
+    package)."""
+    drafter, records = loaded["drafter"].graph, []
+    for depth, width in dict.fromkeys((s.depth, s.width) for s in shapes):
+        shape = TreeShape(depth, width, 1)  # drafting reads D and W only
+        phase = kind_of(drafter).frozen_draft_phase(drafter, shape, loaded["verifier"].graph.cfg.vocab_size,
+                                                    drafter.n_slots - 1)
+        if phase is None:
+            step(f"the draft phase runs eagerly around {kind_of(drafter).description}'s package")
+            return []
+        records.append(draft_phase_record(shape))
+        lower_frozen_draft_phase(phase, job.max_seq, w.path(records[-1]["file"]), job.device, job.opt)
+        step(f"lowered the draft phase D={depth} W={width} with the drafter's weights frozen in")
+    return records
 
 
 def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, Path]:
@@ -165,7 +168,8 @@ def compiled_decoder(root: Path, loaded: dict, compiled: dict[str, CompiledModel
     """The decoder the runtime will build from these buckets (for profiling)."""
     if job.opt == "O2":  # the draft phase's package where the drafter's kind has one, else eager phases
         v, d = loaded["verifier"].graph, loaded["drafter"].graph
-        draft = next((b for b in buckets if b["kind"] == "draft_phase"), None)
+        drafts = {(b["depth"], b["width"]): b for b in buckets if b["kind"] == "draft_phase"}
+        draft = drafts.get((shape.depth, shape.width))
         runner = draft and frozen_draft_runner(root / draft["file"], d, shape, v.cfg.vocab_size)
         return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, shape,
                                    draft_phase=runner)

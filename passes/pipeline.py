@@ -51,7 +51,7 @@ from .lower_buckets import (
     compiled_decoder,
     forward_packages,
     lower_forward_buckets,
-    lower_frozen_draft_phase_bucket,
+    lower_frozen_draft_phases,
     lower_phases,
     lowered_widths,
     package_width,
@@ -267,7 +267,9 @@ def phases_pass(s: CompileState, note: Note) -> None:
 
 
 def frozen_phase_pass(s: CompileState, note: Note) -> None:
-    s.buckets += lower_frozen_draft_phase_bucket(s.writer, s.loaded, s.shape, s.job, note)
+    """The plan's draft phase, and the depth predictor's where it is used, as packages (O2)."""
+    policy = list(s.adaptive.shapes) if s.adaptive and s.adaptive.used else []
+    s.buckets += lower_frozen_draft_phases(s.writer, s.loaded, [s.shape, *policy], s.job, note)
 
 
 def profile_pass(s: CompileState, note: Note) -> str:

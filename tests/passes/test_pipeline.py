@@ -22,9 +22,9 @@ def names(job: CompileJob) -> list[str]:
 
 
 @pytest.mark.parametrize("job, expected", [
-    ("O2 calibrated", ["load", "copy", "lower", "calibrate", "predictor", "plan_buckets", "profile", "decode_check",
-                       "stage_plan", "write"]),
-    ("O2 fixed", ["load", "copy", "lower", "profile", "stage_plan", "write"]),
+    ("O2 calibrated", ["load", "copy", "lower", "calibrate", "predictor", "plan_buckets", "frozen_phase", "profile",
+                       "decode_check", "stage_plan", "write"]),
+    ("O2 fixed", ["load", "copy", "lower", "frozen_phase", "profile", "stage_plan", "write"]),
     ("O1 calibrated", ["load", "copy", "lower", "calibrate", "predictor", "plan_buckets", "phases", "profile",
                        "decode_check", "stage_plan", "write"]),
     ("O1 fixed", ["load", "copy", "lower", "phases", "profile", "stage_plan", "write"]),

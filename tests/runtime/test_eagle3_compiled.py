@@ -226,8 +226,9 @@ def test_calibrated_eagle3_bundle(tmp_path, capsys, monkeypatch):
 
 
 def test_per_iteration_shapes_through_the_head_package_equal_compiled_ar(bundles):
-    """At O2 the phases are eager around the two packages, so the depth predictor may switch the head's shape
-    every iteration; output equals the bundle's AR through the same kernels."""
+    """At O2 the models' packages take any width, so the depth predictor may switch the head's shape every
+    iteration: a shape whose draft phase the bundle compiled drafts through that package, the others eagerly
+    around the head's; output equals the bundle's AR through the same kernels."""
     from trees import CyclingPolicy
 
     rt = Runtime.load(bundles(torch.bfloat16))
@@ -240,6 +241,8 @@ def test_per_iteration_shapes_through_the_head_package_equal_compiled_ar(bundles
         prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         assert tokens(tree, prompt, 40) == tokens(ref_dec, prompt, 40)
     assert rt.policy.seen == set(shapes) and tree.stats.n_accept > 0
+    compiled = {s for s in shapes if tree.phases[s][1] is not tree.phases[s][0]}  # (draft module, its runner, ...)
+    assert compiled == {TreeShape(3, 2, 5)} and tree.phases[TreeShape(3, 2, 5)][1] is rt.draft_runners[(3, 2)]
 
 
 @pytest.mark.parametrize("speculative", [True, False])

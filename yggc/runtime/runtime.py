@@ -174,6 +174,8 @@ class Runtime:
         dec = drafters.speculative_decoder(self.compiled["verifier"], self.compiled["drafter"], layout, shape,
                                            chain_rule, tree_rule, draft,
                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
+        if compiled_draft:  # the depth predictor's shapes draft through their compiled phases too (O2)
+            dec.compiled_drafts.update(self.draft_runners)
         dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
         return with_suffix_branches(dec, iteration_ms=self.iteration_ms) if suffix_branches else dec
 

@@ -64,6 +64,10 @@ class SpeculativeDecoder(SampledDrafting):
         # compiles both, for its one shape (its models' buckets take that shape's widths only); an O2 one at most
         # the draft phase, and its models' packages take any width, so other shapes run eager phases
         self.fixed_shape = verify_phase is not None
+        # (D, W) -> the bundle's compiled draft phase (O2: the plan's shape and the depth predictor's)
+        self.compiled_drafts: dict[tuple[int, int], object] = {}
+        if draft_phase is not None:
+            self.compiled_drafts[(shape.depth, shape.width)] = draft_phase
         self.set_shape(shape, draft_phase, verify_phase)
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
         # greedy decoding picks each iteration's shape from the root's features (yggc/plan/depth_predictor.py)
@@ -98,6 +102,7 @@ class SpeculativeDecoder(SampledDrafting):
                                 "per-iteration shapes need the O2 bundle's eager phases")
             self.shape = shape  # the phase makers read it
             module, verify_module = self.make_draft_phase(), self.make_verify_phase()
+            draft_phase = draft_phase or self.compiled_drafts.get((shape.depth, shape.width))
             self.phases[shape] = (module, draft_phase or module, verify_phase or verify_module, verify_module)
         self.shape = shape
         self.draft_phase, self.run_draft, self.run_verify, self.verify_module = self.phases[shape]
