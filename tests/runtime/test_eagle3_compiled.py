@@ -133,8 +133,8 @@ def test_the_draft_phase_package_grows_the_eager_phases_tree(bundles):
     rt = Runtime.load(bundles(torch.float32))
     tree = rt.decoder(speculative=True)
     assert tree.run_draft is not tree.draft_phase
-    eager = rt.decoder(speculative=True, compiled_draft=False)  # what `yggc bench --shapes` sets beside it
-    assert eager.run_draft is eager.draft_phase
+    beside = rt.decoder(speculative=True, compiled_draft=False)  # what `yggc bench --shapes` runs beside it
+    assert beside.run_draft is beside.draft_phase
     for seed in range(3):
         prompt = torch.randint(1, 8, (5 + 6 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         tree.prefill_models(prompt)

@@ -44,6 +44,17 @@ def logit_gap_at(model, layout, seq, pos):
     return float(top[0] - top[1])
 
 
+def assert_greedy_equal(got: list[int], ref: list[int], verifier, layout, prompt: list[int], label: str) -> None:
+    """got equals the verifier's AR output ref, or first differs where the verifier's top two logits tie (an eager
+    kernel's last bit then picks either; the compiled packages are batch-invariant and tested for plain equality)."""
+    if got == ref:
+        return
+    pos = next(i for i, (a, b) in enumerate(zip(got, ref)) if a != b)
+    with torch.inference_mode():
+        gap = logit_gap_at(verifier, layout, prompt + ref, len(prompt) + pos)
+    assert gap < 1e-5, f"{label}: diverged at {pos}, logit gap {gap:.3g} is no near-tie"
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS)[:2])
 def test_per_iteration_shapes_keep_greedy_output(pairs, name, tree_code):
     models, layout = pairs
@@ -69,12 +80,7 @@ def test_greedy_equals_autoregressive(pairs, name):
         ref = decode(AutoregressiveDecoder(verifier, layout), prompt)
         for shape in SHAPES:
             dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(*shape))
-            got = decode(dec, prompt)
-            if got != ref:
-                pos = next(i for i, (a, b) in enumerate(zip(got, ref)) if a != b)
-                with torch.inference_mode():
-                    gap = logit_gap_at(verifier, layout, prompt + ref, len(prompt) + pos)
-                assert gap < 1e-5, f"{name} {shape}: diverged at {pos}, logit gap {gap:.3g} is no near-tie"
+            assert_greedy_equal(decode(dec, prompt), ref, verifier, layout, prompt, f"{name} {shape}")
             st = dec.stats
             assert st.n_generated == N_NEW and sum(st.accepted_lengths) == st.n_accept
             assert st.n_generated == 1 + st.n_accept + st.n_iterations or st.stop_reason == "max tokens"
