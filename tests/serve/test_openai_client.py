@@ -129,7 +129,9 @@ def test_a_non_streaming_client_that_gives_up_cancels_its_decode(live):
     after = httpx.get(f"{live.url}/metrics").text
     cancelled = 'yggc_requests_total{outcome="cancelled"}'
     assert metric(after, cancelled) == metric(before, cancelled) + 1
-    assert metric(after, "yggc_generated_tokens_total") - metric(before, "yggc_generated_tokens_total") - 8 < 200
+    # stopped before max_tokens=400: how many tokens fit in the 0.3 s before the client gave up and the server saw it
+    # depends on the CPU (~200 on a Zen 5 with the eager demo pair)
+    assert metric(after, "yggc_generated_tokens_total") - metric(before, "yggc_generated_tokens_total") - 8 < 400
 
 
 @pytest.mark.parametrize("stream", [False, True])
