@@ -146,12 +146,12 @@ def lower_frozen_draft_phases(w: BundleWriter, loaded: dict, shapes: list[TreeSh
     the drafter's kind compiles one (an EAGLE-3 head); else nothing (the phase runs eagerly around the drafter's
     package)."""
     drafter, records = loaded["drafter"].graph, []
+    kind, vocab = kind_of(drafter), loaded["verifier"].graph.cfg.vocab_size
     for depth, width in dict.fromkeys((s.depth, s.width) for s in shapes):
         shape = TreeShape(depth, width, 1)  # drafting reads D and W only
-        phase = kind_of(drafter).frozen_draft_phase(drafter, shape, loaded["verifier"].graph.cfg.vocab_size,
-                                                    drafter.n_slots - 1)
-        if phase is None:
-            step(f"the draft phase runs eagerly around {kind_of(drafter).description}'s package")
+        phase = kind.frozen_draft_phase(drafter, shape, vocab, drafter.n_slots - 1)
+        if phase is None:  # the kind compiles none, at any shape
+            step(f"the draft phase runs eagerly around {kind.description}'s package")
             return []
         records.append(draft_phase_record(shape))
         lower_frozen_draft_phase(phase, job.max_seq, w.path(records[-1]["file"]), job.device, job.opt)

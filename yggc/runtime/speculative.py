@@ -68,7 +68,7 @@ class SpeculativeDecoder(SampledDrafting):
         self.compiled_drafts: dict[tuple[int, int], object] = {}
         if draft_phase is not None:
             self.compiled_drafts[(shape.depth, shape.width)] = draft_phase
-        self.set_shape(shape, draft_phase, verify_phase)
+        self.set_shape(shape, verify_phase)
         self.drafter_moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
         # greedy decoding picks each iteration's shape from the root's features (yggc/plan/depth_predictor.py)
         self.policy = policy
@@ -94,16 +94,17 @@ class SpeculativeDecoder(SampledDrafting):
                 model.trace, model.trace_label = self.trace, label
         return self.trace
 
-    def set_shape(self, shape: TreeShape, draft_phase=None, verify_phase=None) -> None:
-        """Draft and verify with `shape` from the next iteration on (its eager phases are built once)."""
+    def set_shape(self, shape: TreeShape, verify_phase=None) -> None:
+        """Draft and verify with `shape` from the next iteration on (its eager phases are built once; it drafts
+        through the compiled draft phase of its (D, W) where the bundle has one)."""
         if shape not in self.phases:
             if self.phases and self.fixed_shape:
                 raise YggcError(f"this decoder runs compiled phases for one shape only, not {shape}; "
                                 "per-iteration shapes need the O2 bundle's eager phases")
             self.shape = shape  # the phase makers read it
             module, verify_module = self.make_draft_phase(), self.make_verify_phase()
-            draft_phase = draft_phase or self.compiled_drafts.get((shape.depth, shape.width))
-            self.phases[shape] = (module, draft_phase or module, verify_phase or verify_module, verify_module)
+            draft_phase = self.compiled_drafts.get((shape.depth, shape.width), module)
+            self.phases[shape] = (module, draft_phase, verify_phase or verify_module, verify_module)
         self.shape = shape
         self.draft_phase, self.run_draft, self.run_verify, self.verify_module = self.phases[shape]
         self.no_moves = torch.full((2, shape.depth), self.layout.trash, dtype=torch.long, device=self.device)
