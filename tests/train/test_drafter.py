@@ -45,6 +45,19 @@ def test_prompts_are_stable_disjoint_and_skip_private(corpus):
     assert files(held) and not files(held) & files(train)  # split by file
 
 
+def test_source_segments_equal_ast_s_on_every_line_ending():
+    import ast
+    import inspect
+
+    texts = [inspect.getsource(ast), "def f(x):\r\n    'é ü'\r\n    return x\rclass C: pass\n\ndef g(): return 'ß'",
+             "def h():\n    return 1"]  # a real module; CRLF, CR and non-ASCII; no final newline
+    for text in texts:
+        nodes = ast.parse(text).body
+        lines = stdlib_prompts.LINE.findall(text)
+        assert nodes and [stdlib_prompts.source_segment(lines, n) for n in nodes] == \
+            [ast.get_source_segment(text, n) for n in nodes]
+
+
 def test_instruction_fills_every_template():
     item = stdlib_prompts.DocItem("a/b.py", "a.b", "f", "(x)", "Do things.\n\nMore.", "def f(x):\n    pass",
                                    "def f(x):\n    pass")

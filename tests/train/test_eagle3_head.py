@@ -1,12 +1,17 @@
 """yggc train eagle3: the training-time test computes exactly what the runtime's draft steps compute; the
-reference conversations and the resume point."""
+reference conversations, the resume point, and a whole tiny run (resumed, and in bfloat16)."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from checkpoints import write_checkpoint
+from safetensors.torch import load_file
 from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import new_eagle3
 
 from yggc.artifacts.cache_layout import causal_rows
+from yggc.cli.main import main
 from yggc.train import eagle3_head, features
 from yggc.train.presets import DRAFTER_PRESETS
 from yggc.train.shards import Sample
@@ -105,3 +110,42 @@ def test_a_token_budget_cuts_each_kind_at_the_same_share_of_its_answer_tokens():
     assert eagle3_head.budget_prefixes((generated, reference), 40) == (2, 4)  # half of each kind's tokens
     assert eagle3_head.budget_prefixes((generated, reference), 30) == (2, 3)  # 15 of each: the conversation reaching it
     assert eagle3_head.budget_prefixes((generated, []), 1) == (1, 0)  # at least one; an empty kind stays empty
+
+
+def test_a_bfloat16_verifier_keys_its_features_apart(ckpt_root):
+    folder = ckpt_root / "ttt_v"
+    digest = features.verifier_digest(folder)  # float32: the key features cached before --dtype had
+    assert features.verifier_digest(folder, "float32") == digest
+    assert features.verifier_digest(folder, "bfloat16") == f"{digest}:bfloat16"
+
+
+def train_head(target: Path, out: Path, *extra: str) -> dict:
+    """`yggc train eagle3` on the tiny preset (its prompts: the stdlib's) -> the summary it writes with --json."""
+    summary = out.parent / f"{out.name}-summary.json"
+    assert main(["train", "eagle3", "--target", str(target), "--preset", "tiny", "--out", str(out), "--threads", "1",
+                 "--json", str(summary), *extra]) == 0
+    return json.loads(summary.read_text())
+
+
+def head_weights(summary: dict) -> dict[str, torch.Tensor]:
+    return load_file(str(Path(summary["head"]) / "model.safetensors"))
+
+
+def test_a_resumed_head_equals_one_run_and_bfloat16_data_stays_apart(ckpt_root, tmp_path, capsys):
+    target = write_checkpoint(ckpt_root / "e3_train_v", "llama_tied_llama3")
+    one = train_head(target, tmp_path / "one")
+    assert train_head(target, tmp_path / "two", "--stop-after", "2").get("head") is None  # stopped: nothing exported
+    two = train_head(target, tmp_path / "two")
+    a, b = head_weights(one), head_weights(two)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert one["verifier_dtype"] == "float32" and len(one["heldout_agreement_per_step"]) == one["unroll"]
+    capsys.readouterr()
+    assert main(["train", "eagle3", "--target", str(target), "--preset", "tiny", "--out", str(tmp_path / "one"),
+                 "--threads", "1", "--dtype", "bfloat16"]) == 2  # the float32 answers are not mixed with bfloat16 ones
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "wrote in float32, not bfloat16; pass --dtype float32" in err[0]
+    bf16 = train_head(target, tmp_path / "bf16", "--dtype", "bfloat16")
+    assert bf16["verifier_dtype"] == "bfloat16"
+    assert json.loads((tmp_path / "bf16" / "data" / "source.json").read_text())["dtype"] == "bfloat16"
+    cached = {p.name for p in (tmp_path / "one" / ".state" / "features").glob("*.safetensors")}
+    assert cached.isdisjoint(p.name for p in (tmp_path / "bf16" / ".state" / "features").glob("*.safetensors"))

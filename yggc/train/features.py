@@ -1,10 +1,11 @@
 """Stage 2 of ``yggc train eagle3``: the verifier's teacher-forced features of every training conversation, kept on
 disk so that a resumed run reads them back instead of running the verifier again (on 2 CPU cores ~1 conversation
-per second in float32: half an hour for the smollm2 preset's 2,000).
+per second in float32: half an hour for the smollm2 preset's 2,000; several times that in bfloat16 where the CPU has
+AVX512-BF16 or AMX).
 
 The cache is one safetensors file per set of conversations, named by the sha256 of what determines its contents
 (the verifier's config and weights files, the conversations' token ids and where their answers start), written
-atomically; float32 as computed, so a run reading it trains exactly as one that computed it.
+atomically; stored in float32 (a bfloat16 verifier's features cast up), so a run reading it trains exactly as one that computed it.
 """
 from __future__ import annotations
 
@@ -47,10 +48,12 @@ def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFea
     return out
 
 
-def verifier_digest(target: Path) -> str:
-    """sha256 over the verifier's config and weights files' sha256s: what its features depend on (read once a run)."""
+def verifier_digest(target: Path, dtype: str = "float32") -> str:
+    """sha256 over the verifier's config and weights files' sha256s, and the dtype it runs in where that is not
+    float32 (so float32 caches keep their names): what its features depend on (read once a run)."""
     files = sorted(target.glob("*.safetensors")) + [target / "config.json"]
-    return hashlib.sha256("".join(f"{f.name}:{file_sha256(f)};" for f in files).encode()).hexdigest()
+    digest = hashlib.sha256("".join(f"{f.name}:{file_sha256(f)};" for f in files).encode()).hexdigest()
+    return digest if dtype == "float32" else f"{digest}:{dtype}"
 
 
 def cache_key(verifier_id: str, samples: list[Sample]) -> str:

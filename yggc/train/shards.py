@@ -169,14 +169,17 @@ def data_folder_name(preset: str, chat_prompts: Path | None) -> str:
     return f"{preset}-chat" if chat_prompts else preset
 
 
-def check_data_source(data_dir: Path, chat_prompts: Path | None, gen_batch: int, preset_batch: int) -> None:
-    """data_dir's shards answer one prompt set, `gen_batch` prompts per shard: the chat_prompts.json they mix in (its
-    sha256; none for the stdlib prompts alone) and the batch are recorded on first use (a record without the batch
-    has the preset's, `preset_batch`), and other ones are refused in one clear line."""
+def check_data_source(data_dir: Path, chat_prompts: Path | None, gen_batch: int, preset_batch: int,
+                      dtype: str = "float32") -> None:
+    """data_dir's shards answer one prompt set, `gen_batch` prompts per shard, written by the target in `dtype`: the
+    chat_prompts.json they mix in (its sha256; none for the stdlib prompts alone), the batch and the dtype are
+    recorded on first use (a record without the batch has the preset's, `preset_batch`; without the dtype,
+    float32), and other ones are refused in one clear line."""
     from ..bundle import file_sha256
     from ..errors import YggcError
 
-    want = {"chat_prompts_sha256": file_sha256(chat_prompts) if chat_prompts else None, "gen_batch": gen_batch}
+    want = {"chat_prompts_sha256": file_sha256(chat_prompts) if chat_prompts else None, "gen_batch": gen_batch,
+            "dtype": dtype}
     record = data_dir / "source.json"
     if record.is_file():
         have = json.loads(record.read_text())
@@ -187,6 +190,7 @@ def check_data_source(data_dir: Path, chat_prompts: Path | None, gen_batch: int,
         record.write_text(json.dumps(want))
         return
     have.setdefault("gen_batch", preset_batch)  # recorded before --gen-batch existed: the preset's batch
+    have.setdefault("dtype", "float32")  # recorded before --dtype existed
     if have["chat_prompts_sha256"] != want["chat_prompts_sha256"]:
         raise YggcError(f"{data_dir} holds answers to another prompt set "
                         f"({'no' if have['chat_prompts_sha256'] is None else 'other'} --chat-prompts); "
@@ -194,6 +198,9 @@ def check_data_source(data_dir: Path, chat_prompts: Path | None, gen_batch: int,
     if have["gen_batch"] != gen_batch:
         raise YggcError(f"{data_dir} holds shards of {have['gen_batch']} prompts, not {gen_batch}; "
                         f"pass --gen-batch {have['gen_batch']}, or another --out")
+    if have["dtype"] != dtype:
+        raise YggcError(f"{data_dir} holds answers the target wrote in {have['dtype']}, not {dtype}; "
+                        f"pass --dtype {have['dtype']}, or another --out")
 
 
 def answer_prompts(target: LlamaForCausalLM, folder: Path, data_dir: Path, counts: tuple[int, int], gen: GenSpec,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from .corpus import corpus_files, is_heldout, read_text, rel_posix, stdlib_root
 
 MAX_CODE_CHARS = 700
 MAX_DOC_CHARS = 500
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # a line and its end, as ast splits source
 
 TEMPLATES = (
     "Write a Python function `{name}{signature}` that does the following: {summary}",
@@ -88,6 +90,16 @@ def without_docstring(source: str, node: ast.AST) -> str:
     return "\n".join(lines[:start] + lines[end + 1:])
 
 
+def source_segment(lines: list[str], node: ast.stmt) -> str:
+    """ast.get_source_segment(text, node) for lines = LINE.findall(text), the file split once: that function
+    splits the whole file again at every call, which made reading the stdlib take most of a minute."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset:node.end_col_offset].decode()
+    return "".join([lines[first].encode()[node.col_offset:].decode(), *lines[first + 1:last],
+                    lines[last].encode()[:node.end_col_offset].decode()])
+
+
 def doc_items(path: Path, root: Path) -> Iterator[DocItem]:
     """Public top-level functions and classes of one file that have a docstring of a sentence or more."""
     text, rel = read_text(path), rel_posix(path, root)
@@ -95,13 +107,14 @@ def doc_items(path: Path, root: Path) -> Iterator[DocItem]:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return
+    lines = LINE.findall(text)
     for node in tree.body:
         if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or node.name.startswith("_"):
             continue
         doc = ast.get_docstring(node)
-        source = ast.get_source_segment(text, node)
-        if not doc or len(doc) < 40 or source is None:
+        if not doc or len(doc) < 40:
             continue
+        source = source_segment(lines, node)
         signature = f"({ast.unparse(node.args)})" if isinstance(node, ast.FunctionDef) else ""
         yield DocItem(rel, module_name(rel), node.name, signature, cut_lines(doc, MAX_DOC_CHARS),
                       cut_lines(source, MAX_CODE_CHARS), cut_lines(without_docstring(source, node), MAX_CODE_CHARS))
