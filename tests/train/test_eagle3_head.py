@@ -140,6 +140,12 @@ def test_a_resumed_head_equals_one_run_and_bfloat16_data_stays_apart(ckpt_root, 
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert one["verifier_dtype"] == "float32" and len(one["heldout_agreement_per_step"]) == one["unroll"]
     capsys.readouterr()
+    assert main(["train", "eagle3", "--target", str(target), "--preset", "tiny", "--out", str(tmp_path / "two"),
+                 "--threads", "1", "--score", one["head"]]) == 0  # the other run's head on this folder's held-out text
+    scored = capsys.readouterr().out.strip().splitlines()
+    assert len(scored) == 1 and scored[0].startswith("heldout: ")
+    assert [float(a) for a in scored[0].split(": ")[1].split(" / ")] == \
+        pytest.approx(one["heldout_agreement_per_step"], abs=0.1)  # as its own summary (float32 there, bf16 read)
     assert main(["train", "eagle3", "--target", str(target), "--preset", "tiny", "--out", str(tmp_path / "one"),
                  "--threads", "1", "--dtype", "bfloat16"]) == 2  # the float32 answers are not mixed with bfloat16 ones
     err = capsys.readouterr().err.strip().splitlines()

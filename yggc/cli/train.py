@@ -149,6 +149,9 @@ def add_eagle3_parser(jobs: Jobs) -> None:
                    help="training prompts also read with reference answers (default: the preset's; 0: none)")
     p.add_argument("--unroll", type=POSITIVE, metavar="N",
                    help="training-time-test steps (default: the preset's; >= 3)")
+    p.add_argument("--score", type=Path, metavar="HEAD",
+                   help="train nothing: score the head in folder HEAD (e.g. $(yggc pull smollm2 --eagle3)) on this "
+                        "work folder's held-out splits, top-1 agreement per unroll position")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="the verifier's weights while it answers and is read for features (default float32); "
                         "bfloat16 is several times faster on CPUs with AVX512-BF16 or AMX; fixed per data folder")
@@ -248,4 +251,7 @@ def train_command(args: argparse.Namespace) -> int:
         Path(args.json).write_text(text + "\n")
     if args.job in WRITES and summary.get(WRITES[args.job]):
         print(summary[WRITES[args.job]])
+    for key, curve in summary.items() if "scored_head" in summary else ():  # eagle3 --score: one line per split
+        if key.endswith("_agreement_per_step"):
+            print(f"{key.removesuffix('_agreement_per_step')}: " + " / ".join(f"{a:.4f}" for a in curve))
     return 0

@@ -22,6 +22,7 @@ Stages, each resumable (rerun the same command to continue):
   5. export    OUT/eagle3-<preset>[-<N>tok]: the public head layout (graphs/eagle3_checkpoint.py) in bfloat16 and
                eagle3_summary.json with the held-out top-1 agreement per unroll position (the
                paper's acceptance-rate curve) and the chain acceptance length it implies
+--score HEAD skips 3-5: it scores that head (e.g. the shipped one) on the folder's held-out splits.
 """
 from __future__ import annotations
 
@@ -209,6 +210,29 @@ def new_head(target: Path, verifier: LlamaGraph, samples: list[Sample], size: in
     return head, (draft_ids, t2d, verifier.lm_head.weight[draft_ids].float())
 
 
+def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict[str, list[Sample]],
+               cache_dir: Path, args: argparse.Namespace) -> dict:
+    """`--score HEAD`: another head's held-out top-1 agreement per unroll position on this folder's held-out splits
+    (read through the same feature cache), so heads trained on other data compare on the same tokens."""
+    from ..errors import YggcError
+    from ..graphs.eagle3_checkpoint import load_eagle3
+
+    head = load_eagle3(head_dir, target, 2)
+    if tuple(head.eagle.feature_layers) != tuple(verifier.feature_layers):
+        raise YggcError(f"{head_dir} reads verifier layers {list(head.eagle.feature_layers)}, not the "
+                        f"{list(verifier.feature_layers)} this folder's features are cached for")
+    unroll = args.unroll or EAGLE3_PRESETS[args.preset].unroll
+    t2d = torch.full((verifier.cfg.vocab_size,), -1, dtype=torch.long)
+    t2d[head.draft_ids] = torch.arange(len(head.draft_ids))
+    tables = (head.draft_ids, t2d, verifier.lm_head.weight[head.draft_ids].float())
+    verifier_id = verifier_digest(target, args.dtype)
+    curves = {split: evaluate(head, cached_extract(verifier, samples, verifier_id, cache_dir), unroll, *tables, 8)
+              for split, samples in heldout.items()}
+    return {"scored_head": str(head_dir), "target": str(target), "verifier_dtype": args.dtype, "unroll": unroll,
+            "draft_vocab": len(head.draft_ids), **{f"{split}_agreement_per_step": c for split, c in curves.items()},
+            "command": args.invocation}
+
+
 def run(args: argparse.Namespace) -> dict:
     """Data, features, draft vocabulary, training (or resuming) and, at the last step, OUT/eagle3-<preset>;
     returns the summary (also in that folder's eagle3_summary.json)."""
@@ -233,6 +257,8 @@ def run(args: argparse.Namespace) -> dict:
                           getattr(torch, args.dtype))
     keep = budget_prefixes((train_samples, reference), args.train_tokens)
     head, tables = new_head(target, verifier, train_samples[:keep[0]], preset.draft_vocab, args.seed)
+    if args.score:
+        return score_head(args.score, target, verifier, heldout, out / ".state" / "features", args)
     name = f"eagle3-{preset.name}" + (f"-{args.train_tokens}tok" if args.train_tokens else "")
     state_dir = out / ".state" / name
     done = saved_step(state_dir, not args.no_resume) >= preset.steps
