@@ -69,14 +69,24 @@ class Eagle3Graph(CacheOwner):
 
     def forward_embedded(self, e, feature, position_ids, cache_slots, attn_mask, *caches):
         """forward() from the tokens' embeddings e [W, H] (an O2 package of the head is lowered from this: the
-        embedding table is the verifier's, so it stays out of the package and the runtime gathers the rows)."""
+        embedding table is the verifier's, so it stays out of the package and the runtime gathers the rows)
+        -> (logits [W, vocab], -inf outside the draft vocabulary; output feature [W, H])."""
+        draft_logits, h = self.draft_forward_embedded(e, feature, position_ids, cache_slots, attn_mask, *caches)
+        logits = draft_logits.new_full((h.shape[0], self.cfg.vocab_size), float("-inf"))
+        return logits.index_copy(1, self.draft_ids, draft_logits), h
+
+    def draft_forward(self, input_ids, feature, position_ids, cache_slots, attn_mask, *caches):
+        """forward() with the logits over the draft vocabulary alone: [W, draft vocab] (column j is token
+        draft_ids[j]), and the output feature [W, H]."""
+        return self.draft_forward_embedded(self.embed(input_ids), feature, position_ids, cache_slots, attn_mask,
+                                           *caches)
+
+    def draft_forward_embedded(self, e, feature, position_ids, cache_slots, attn_mask, *caches):
         cos, sin = self.rope(position_ids)
         x = torch.cat([self.input_norm(e), self.hidden_norm(feature)], dim=-1)  # [W, 2H]
         h = feature + self.attn(x, cos, sin, cache_slots, attn_mask, caches[:2] if caches else None)
         h = h + self.mlp(self.mlp_norm(h))  # [W, H]: the output feature (pre-norm)
-        draft_logits = self.lm_head(self.norm(h)).float()  # [W, draft vocab]
-        logits = draft_logits.new_full((h.shape[0], self.cfg.vocab_size), float("-inf"))
-        return logits.index_copy(1, self.draft_ids, draft_logits), h
+        return self.lm_head(self.norm(h)).float(), h  # [W, draft vocab]
 
     @property
     def has_weights(self) -> bool:

@@ -48,6 +48,29 @@ def test_greedy_equals_autoregressive(heads, name, dtype):
         assert dec.stats.n_accept > 0  # drafts are accepted, so the handed-over features are exercised
 
 
+@pytest.mark.parametrize("shape", [(1, 4, 3), (3, 4, 8), (4, 2, 8)])
+def test_a_phase_over_the_draft_vocabulary_grows_the_full_vocabulary_tree(heads, shape):
+    """The compiled phases read the head's logits over its draft vocabulary alone and map the chosen columns to
+    token ids (draft_space); the tree is the one grown over the whole vocabulary with -inf outside it."""
+    from yggc.runtime.drafters.eagle3_decoder import Eagle3DraftPhase
+
+    verifier, head = drafters.load_pair(*heads["llama_gqa"], torch.float32, 64)
+    dec = drafters.speculative_decoder(verifier.graph, head.graph, verifier.layout, TreeShape(*shape))
+    vocab, trash = verifier.graph.cfg.vocab_size, verifier.layout.trash
+    whole, draft = (Eagle3DraftPhase(head.graph, shape[0], shape[1], vocab, trash, draft_space=d) for d in (False, True))
+    assert draft.columns() is head.graph.draft_ids and whole.columns() is None
+    for seed in range(3):
+        prompt = torch.randint(1, vocab, (6 + 5 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
+        with torch.inference_mode():
+            dec.prefill_models(prompt)
+            inputs = dec.phase_inputs([prompt[-1]], len(prompt))
+            a, b = whole(*inputs), draft(*inputs)
+        for name, x, y in zip(("tokens", "parents", "depth"), a, b):
+            assert torch.equal(x, y), name
+        assert set(b[0][1:].tolist()) <= set(head.graph.draft_ids.tolist())  # drafts are draft-vocabulary tokens
+        torch.testing.assert_close(a[3], b[3], atol=1e-5, rtol=1e-5)  # cum_logp
+
+
 def test_eager_sampled_tree_path_equals_fused_phase(heads):
     """node_logits (the eager path sampling uses) gives the fused draft phase's tree for the same state."""
     verifier, head = drafters.load_pair(*heads["tiny_vocab"], torch.float32, 64)

@@ -103,16 +103,19 @@ def egt_frontier(state: EGTState) -> Frontier:
     return Frontier(ids, state.tokens[ids], state.depth[ids], state.anc[ids], state.valid)
 
 
-def offered_children(state: EGTState, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """logp [..., vocab] -> each row's top-k (log-prob, token) [..., k]: the children a node offers.
+def offered_children(state: EGTState, logp: torch.Tensor,
+                     ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """logp [..., vocab] -> each row's top-k (log-prob, token) [..., k]: the children a node offers. ids [Vd]:
+    the token of each column where logp covers a sub-vocabulary [..., Vd] (an EAGLE-3 head's draft vocabulary).
     The floor is applied after the top-k (the same values; clamping every log-prob first cost ~15 us per row)."""
     top_logp, top_tok = logp.topk(state.k, dim=-1)
-    return top_logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR), top_tok
+    return top_logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR), top_tok if ids is None else ids[top_tok]
 
 
-def egt_step(state: EGTState, logp: torch.Tensor) -> EGTState:
-    """One draft step: logp [W, vocab] = drafter log-probs for the frontier rows; returns the grown state."""
-    top_logp, top_tok = offered_children(state, logp)                                        # [W, k]
+def egt_step(state: EGTState, logp: torch.Tensor, ids: torch.Tensor | None = None) -> EGTState:
+    """One draft step: logp [W, vocab] = drafter log-probs for the frontier rows (ids: as offered_children);
+    returns the grown state."""
+    top_logp, top_tok = offered_children(state, logp, ids)                                   # [W, k]
     if host.eager_cpu(logp):
         a = host_arrays(state)
         cand = a["cum_logp"][a["newest"]][:, None] + top_logp.numpy()
@@ -126,13 +129,13 @@ def grow_from_root(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tenso
     return egt_grow(state, cand.expand(state.W, -1), cand_tokens.expand(state.W, -1), stable)
 
 
-def egt_root_step(state: EGTState, root_logp: torch.Tensor) -> EGTState:
+def egt_root_step(state: EGTState, root_logp: torch.Tensor, ids: torch.Tensor | None = None) -> EGTState:
     """egt_step on a fresh state's root log-probs [vocab] (the root repeated W times), built directly: the
     pool is empty, so the root's W best children become nodes 1..W in rank order and its other offered
     children (k > W) take the pool slots W..k-1, where egt_step would leave them (the padding rows' slots hold
     the same tokens at -inf, as there). ~25 tensor ops, not ~60."""
     W, k = state.W, state.k
-    top_logp, top_tok = offered_children(state, root_logp)  # [k] best first
+    top_logp, top_tok = offered_children(state, root_logp, ids)  # [k] best first
     if host.eager_cpu(root_logp):
         return from_host(egt_host.root_step(host_arrays(state), top_logp.numpy(), top_tok.numpy(), W, k), state.D, W, k)
     new = slice(1, W + 1)
@@ -148,16 +151,17 @@ def egt_root_step(state: EGTState, root_logp: torch.Tensor) -> EGTState:
                     step=state.step + 1, D=state.D, W=W, k=k)
 
 
-def egt_from_root(root_token: torch.Tensor, root_logits: torch.Tensor, D: int, W: int, vocab: int) -> EGTState:
+def egt_from_root(root_token: torch.Tensor, root_logits: torch.Tensor, D: int, W: int, vocab: int,
+                  ids: torch.Tensor | None = None) -> EGTState:
     """A fresh EGT grown one step from a root given as tensors, as the compiled draft phases hold it:
-    root_token [1] long, root_logits [vocab] (the drafter's, at the root)."""
+    root_token [1] long, root_logits [vocab] (the drafter's, at the root; ids: as offered_children)."""
     if host.eager_cpu(root_token):
         k = offer_width(W, None, vocab)
         state = from_host(egt_host.init(int(root_token), D, W, k), D, W, k)
     else:
         state = egt_init(0, D, W, vocab, device=root_token.device)
         state.tokens = state.tokens.index_copy(0, root_token.new_zeros(1), root_token)
-    return egt_root_step(state, torch.log_softmax(root_logits, -1))
+    return egt_root_step(state, torch.log_softmax(root_logits, -1), ids)
 
 
 def egt_grow(state: EGTState, cand: torch.Tensor, cand_tokens: torch.Tensor, stable: bool = False) -> EGTState:

@@ -30,13 +30,17 @@ def unfused(features: torch.Tensor) -> torch.Tensor:
 class Eagle3DraftPhase(nn.Module):
     """The EGT draft phase of an EAGLE-3 head, one fixed-shape module like DraftPhase."""
 
-    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None, fuse=None):
+    def __init__(self, head: nn.Module, depth: int, width: int, vocab: int, trash: int, step=None, fuse=None,
+                 draft_space: bool = False):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
         # defaults: what an O1 bundle compiles (Eagle3Kind.draft_phase), the head's graph and its own fc; a decoder
         # passes its O2 package as `step` and Eagle3Decoder.fuse (nothing where the verifier's package ran fc);
-        # an O2 bundle compiles the head's graph with `unfused` (Eagle3Kind.frozen_draft_phase)
-        self.__dict__["step"] = head if step is None else step
+        # an O2 bundle compiles the head's graph with `unfused` (Eagle3Kind.frozen_draft_phase). A compiled phase
+        # (draft_space) reads the logits of the draft vocabulary alone (a sixth of SmolLM2's) and maps the chosen
+        # columns to token ids; the decoder's phase reads the whole vocabulary's, -inf outside the draft vocabulary
+        self.draft_space = draft_space
+        self.__dict__["step"] = head.draft_forward if draft_space else head if step is None else step
         self.__dict__["fuse"] = head.fuse if fuse is None else fuse
 
     def cache_tensors(self) -> list[torch.Tensor]:
@@ -51,13 +55,18 @@ class Eagle3DraftPhase(nn.Module):
     def head(self, tokens, features, root_row, n, view_slots, *caches) -> tuple[torch.Tensor, torch.Tensor]:
         """Feed the pending pairs (tokens [P], verifier features [P, F], or [P, H] fused; rows past root_row are
         padding and go to the trash slot), the last real one at slot n-1 -> (root logits [vocab], root output
-        feature [H]). caches: the head's K/V where a package takes them as inputs (O2), else none."""
+        feature [H]; the logits as columns() says). caches: the head's K/V where a package takes them as inputs
+        (O2), else none."""
         rows = torch.arange(tokens.shape[0], device=tokens.device)
         slots = torch.where(rows <= root_row, n - 1 - root_row + rows, self.trash)  # position = slot
         mask = view_slots[None, :] <= slots[:, None]
         logits, out = self.step(tokens, self.fuse(features), slots, slots, mask, *caches)
         pick = root_row.view(1)
         return logits.index_select(0, pick)[0], out.index_select(0, pick)[0]
+
+    def columns(self) -> torch.Tensor | None:
+        """The token of each logits column where the step's logits cover the draft vocabulary alone."""
+        return self.head_model.draft_ids if self.draft_space else None
 
     def export_inputs(self, max_seq: int, device: str) -> tuple[tuple[torch.Tensor, ...], int]:
         """Example inputs for torch.export, and the index of view_slots (its length is the dynamic dim)."""
@@ -74,13 +83,15 @@ class Eagle3DraftPhase(nn.Module):
         root_logits, root_out = self.head(tokens, features, root_row, n, view_slots, *caches)
         N = 1 + self.depth * self.width
         feats = root_out.new_zeros(N, root_out.shape[0]).index_copy(0, root_row.new_zeros(1), root_out[None])
-        state = egt_from_root(tokens.index_select(0, root_row.view(1)), root_logits, self.depth, self.width, self.vocab)
+        ids = self.columns()
+        state = egt_from_root(tokens.index_select(0, root_row.view(1)), root_logits, self.depth, self.width, self.vocab,
+                              ids)
         for _ in range(self.depth - 1):
             f = egt_frontier(state)
             logits, out = self.step(f.tokens, feats[state.parents[f.ids]], base + f.depth, base + f.ids,
                                     tree_mask(base, f.mask, view), *caches)
             feats = feats.index_copy(0, f.ids, out)
-            state = egt_step(state, torch.log_softmax(logits, -1))
+            state = egt_step(state, torch.log_softmax(logits, -1), ids)
         return state.tokens, state.parents, state.depth, state.cum_logp, state.anc
 
 

@@ -89,12 +89,12 @@ class Eagle3Kind:
 
     def draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int, trash: int) -> nn.Module:
         """Eagle3DraftPhase: the head step over the pending pairs, D-1 tree steps fed their parents' features."""
-        return Eagle3DraftPhase(drafter_graph, shape.depth, shape.width, vocab, trash)
+        return Eagle3DraftPhase(drafter_graph, shape.depth, shape.width, vocab, trash, draft_space=True)
 
     def frozen_draft_phase(self, drafter_graph: nn.Module, shape: TreeShape, vocab: int, trash: int) -> FrozenPhase:
         """Eagle3DraftPhase over the head's graph for an O2 package: it takes the features the verifier's package
         fused (fc stays out) and gathers its rows from the verifier's embedding, passed in (not a copy)."""
-        phase = Eagle3DraftPhase(drafter_graph, shape.depth, shape.width, vocab, trash, fuse=unfused)
+        phase = Eagle3DraftPhase(drafter_graph, shape.depth, shape.width, vocab, trash, fuse=unfused, draft_space=True)
         table = "embed.packed" if isinstance(drafter_graph.embed, PackedEmbedding) else "embed.weight"
         fc = tuple(f"head_model.fc.{name}" for name, _ in drafter_graph.fc.named_parameters())
         return FrozenPhase(phase, unused=fc, fed=(f"head_model.{table}",))
