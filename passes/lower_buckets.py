@@ -159,6 +159,21 @@ def lower_frozen_draft_phases(w: BundleWriter, loaded: dict, shapes: list[TreeSh
     return records
 
 
+def probe_decoder(scratch: Path, loaded: dict, compiled: dict[str, CompiledModel], probe: TreeShape,
+                  job: CompileJob) -> SpeculativeDecoder:
+    """O2: the decoder calibration times the phases with at `probe`, drafting as the runtime will - through the
+    draft phase's package where the drafter's kind compiles one (lowered into `scratch`, which must outlive the
+    decoder's use; the package cache keeps it for the bundle), else eagerly around the drafter's package."""
+    d, v = loaded["drafter"].graph, loaded["verifier"].graph
+    phase = kind_of(d).frozen_draft_phase(d, probe, v.cfg.vocab_size, d.n_slots - 1)
+    runner = None
+    if phase is not None:
+        path = lower_frozen_draft_phase(phase, job.max_seq, scratch / "probe_draft_phase.pt2", job.device, job.opt)
+        runner = frozen_draft_runner(path, d, probe, v.cfg.vocab_size)
+    return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, probe,
+                               draft_phase=runner)
+
+
 def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, Path]:
     return {b["width"]: root / b["file"] for b in buckets if b["model"] == model and b["kind"] == "forward"}
 

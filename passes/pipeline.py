@@ -9,6 +9,7 @@ stage plans (passes/plan.py) -> write the bundle (atomic). At O2 each model is l
 """
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -55,6 +56,7 @@ from .lower_buckets import (
     lower_phases,
     lowered_widths,
     package_width,
+    probe_decoder,
 )
 from .plan import plan_record
 from .profile import HeadSteps, host_stage_ms, phase_profile, profile_forward, profile_models
@@ -99,10 +101,13 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
     host = host_stage_ms(largest, loaded["verifier"].graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
     measured = {"models": forward, "host_ms": host}
-    if job.opt == OptLevel.O2:  # eager phases around the packages run any shape: time a small one for the host glue
+    if job.opt == OptLevel.O2:  # time a small shape's phases whole for the host glue, drafting as the runtime will
         probe = GLUE_PROBE if spec.max_depth >= GLUE_PROBE.depth else TreeShape(1, 2, 2)
-        decoder = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, probe)
-        measured.update(phase_profile(decoder, job.profile_repeats))
+        with tempfile.TemporaryDirectory(prefix="yggc-probe-") as scratch:
+            decoder = probe_decoder(Path(scratch), loaded, compiled, probe, job)
+            measured.update(phase_profile(decoder, job.profile_repeats))
+        how = "through a draft phase package" if decoder.run_draft is not decoder.draft_phase else "eagerly"
+        step(f"timed the phases at {probe} for the host glue, drafting {how}")
     costs = StageCosts.from_profile(measured)
     record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase
     shape, plan = choose_shape(candidates, costs)

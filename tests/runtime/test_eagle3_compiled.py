@@ -149,6 +149,28 @@ def test_the_draft_phase_package_grows_the_eager_phases_tree(bundles):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def test_o2_calibration_times_the_glue_drafting_through_a_phase_package(tmp_path):
+    """At O2 calibration prices the host glue from the phases timed whole at a probe shape; with a head they draft
+    through a draft phase package lowered for the probe, as the runtime will, so the glue is not an eager phase's.
+    The chosen shape decodes what the bundle's compiled AR decodes."""
+    v = write_checkpoint(tmp_path / "v", "llama_gqa", seed=2)
+    head = new_eagle3(v, torch.arange(0, 300, 3), 2, seed=2, init_std=0.3)
+    pair = (v, save_eagle3(head, head_base_config(v), tmp_path / "head"))
+    calib = tmp_path / "calib.txt"
+    calib.write_text("a b c d e f g h a b c d " * 20)
+    spec = CalibrationSpec((calib,), n_prompts=2, prompt_tokens=12, new_tokens=16, max_depth=2, widths=(2,),
+                           probe=False)
+    lines, out = [], tmp_path / "bundle"
+    compile_bundle(CompileJob(*pair, out, None, max_seq=96, profile_repeats=1, opt="O2", calib=spec),
+                   log=lines.append)
+    assert any("timed the phases at D=2 W=2 V=3 for the host glue, drafting through a draft phase package" in line
+               for line in lines)
+    assert len(json.loads((out / "calibration.json").read_text())["glue_ms"]) == 2
+    rt = Runtime.load(out)
+    prompt = [11, 42, 7, 250, 3, 99]
+    assert tokens(rt.decoder(speculative=True), prompt, 24) == tokens(rt.decoder(speculative=False), prompt, 24)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_suffix_branches_beside_the_head_package_are_lossless(bundles, dtype):
     """Paths through suffix branches hand the head more pairs than a head step takes: the rest go through its
