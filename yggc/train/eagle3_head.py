@@ -211,7 +211,7 @@ def new_head(target: Path, verifier: LlamaGraph, samples: list[Sample], size: in
 
 
 def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict[str, list[Sample]],
-               cache_dir: Path, args: argparse.Namespace) -> dict:
+               cache_dir: Path, preset: Eagle3Preset, args: argparse.Namespace) -> dict:
     """`--score HEAD`: another head's held-out top-1 agreement per unroll position on this folder's held-out splits
     (read through the same feature cache), so heads trained on other data compare on the same tokens."""
     from ..errors import YggcError
@@ -221,14 +221,13 @@ def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict
     if tuple(head.eagle.feature_layers) != tuple(verifier.feature_layers):
         raise YggcError(f"{head_dir} reads verifier layers {list(head.eagle.feature_layers)}, not the "
                         f"{list(verifier.feature_layers)} this folder's features are cached for")
-    unroll = args.unroll or EAGLE3_PRESETS[args.preset].unroll
     t2d = torch.full((verifier.cfg.vocab_size,), -1, dtype=torch.long)
     t2d[head.draft_ids] = torch.arange(len(head.draft_ids))
     tables = (head.draft_ids, t2d, verifier.lm_head.weight[head.draft_ids].float())
     verifier_id = verifier_digest(target, args.dtype)
-    curves = {split: evaluate(head, cached_extract(verifier, samples, verifier_id, cache_dir), unroll, *tables, 8)
-              for split, samples in heldout.items()}
-    return {"scored_head": str(head_dir), "target": str(target), "verifier_dtype": args.dtype, "unroll": unroll,
+    curves = {split: evaluate(head, cached_extract(verifier, samples, verifier_id, cache_dir), preset.unroll, *tables,
+                              preset.train.batch_size) for split, samples in heldout.items()}
+    return {"scored_head": str(head_dir), "target": str(target), "verifier_dtype": args.dtype, "unroll": preset.unroll,
             "draft_vocab": len(head.draft_ids), **{f"{split}_agreement_per_step": c for split, c in curves.items()},
             "command": args.invocation}
 
@@ -258,7 +257,7 @@ def run(args: argparse.Namespace) -> dict:
     keep = budget_prefixes((train_samples, reference), args.train_tokens)
     head, tables = new_head(target, verifier, train_samples[:keep[0]], preset.draft_vocab, args.seed)
     if args.score:
-        return score_head(args.score, target, verifier, heldout, out / ".state" / "features", args)
+        return score_head(args.score, target, verifier, heldout, out / ".state" / "features", preset, args)
     name = f"eagle3-{preset.name}" + (f"-{args.train_tokens}tok" if args.train_tokens else "")
     state_dir = out / ".state" / name
     done = saved_step(state_dir, not args.no_resume) >= preset.steps
