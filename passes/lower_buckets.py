@@ -140,11 +140,11 @@ def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJo
     return [draft, verify]
 
 
-def lower_frozen_draft_phases(w: BundleWriter, loaded: dict, shapes: list[TreeShape], job: CompileJob,
+def lower_frozen_draft_phases(root: Path, loaded: dict, shapes: list[TreeShape], job: CompileJob,
                               step) -> list[dict]:
-    """O2: the draft phase at each (D, W) of `shapes` as one package with the drafter's weights frozen in, where
-    the drafter's kind compiles one (an EAGLE-3 head); else nothing (the phase runs eagerly around the drafter's
-    package)."""
+    """O2: the draft phase at each (D, W) of `shapes` as one package under `root` (the bundle's, or calibration's
+    scratch folder) with the drafter's weights frozen in, where the drafter's kind compiles one (an EAGLE-3 head);
+    else nothing (the phase runs eagerly around the drafter's package)."""
     drafter, records = loaded["drafter"].graph, []
     kind, vocab = kind_of(drafter), loaded["verifier"].graph.cfg.vocab_size
     for depth, width in dict.fromkeys((s.depth, s.width) for s in shapes):
@@ -154,24 +154,11 @@ def lower_frozen_draft_phases(w: BundleWriter, loaded: dict, shapes: list[TreeSh
             step(f"the draft phase runs eagerly around {kind.description}'s package")
             return []
         records.append(draft_phase_record(shape))
-        lower_frozen_draft_phase(phase, job.max_seq, w.path(records[-1]["file"]), job.device, job.opt)
+        path = root / records[-1]["file"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lower_frozen_draft_phase(phase, job.max_seq, path, job.device, job.opt)
         step(f"lowered the draft phase D={depth} W={width} with the drafter's weights frozen in")
     return records
-
-
-def probe_decoder(scratch: Path, loaded: dict, compiled: dict[str, CompiledModel], probe: TreeShape,
-                  job: CompileJob) -> SpeculativeDecoder:
-    """O2: the decoder calibration times the phases with at `probe`, drafting as the runtime will - through the
-    draft phase's package where the drafter's kind compiles one (lowered into `scratch`, which must outlive the
-    decoder's use; the package cache keeps it for the bundle), else eagerly around the drafter's package."""
-    d, v = loaded["drafter"].graph, loaded["verifier"].graph
-    phase = kind_of(d).frozen_draft_phase(d, probe, v.cfg.vocab_size, d.n_slots - 1)
-    runner = None
-    if phase is not None:
-        path = lower_frozen_draft_phase(phase, job.max_seq, scratch / "probe_draft_phase.pt2", job.device, job.opt)
-        runner = frozen_draft_runner(path, d, probe, v.cfg.vocab_size)
-    return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded["verifier"].layout, probe,
-                               draft_phase=runner)
 
 
 def forward_packages(root: Path, buckets: list[dict], model: str) -> dict[int, Path]:

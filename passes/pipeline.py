@@ -56,7 +56,6 @@ from .lower_buckets import (
     lower_phases,
     lowered_widths,
     package_width,
-    probe_decoder,
 )
 from .plan import plan_record
 from .profile import HeadSteps, host_stage_ms, phase_profile, profile_forward, profile_models
@@ -103,8 +102,9 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     measured = {"models": forward, "host_ms": host}
     if job.opt == OptLevel.O2:  # time a small shape's phases whole for the host glue, drafting as the runtime will
         probe = GLUE_PROBE if spec.max_depth >= GLUE_PROBE.depth else TreeShape(1, 2, 2)
-        with tempfile.TemporaryDirectory(prefix="yggc-probe-") as scratch:
-            decoder = probe_decoder(Path(scratch), loaded, compiled, probe, job)
+        with tempfile.TemporaryDirectory(prefix="yggc-probe-") as scratch:  # the package cache keeps the phase
+            phases = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, step)
+            decoder = compiled_decoder(Path(scratch), loaded, compiled, phases, probe, job)
             measured.update(phase_profile(decoder, job.profile_repeats))
         how = "through a draft phase package" if decoder.run_draft is not decoder.draft_phase else "eagerly"
         step(f"timed the phases at {probe} for the host glue, drafting {how}")
@@ -274,7 +274,7 @@ def phases_pass(s: CompileState, note: Note) -> None:
 def frozen_phase_pass(s: CompileState, note: Note) -> None:
     """The plan's draft phase, and the depth predictor's where it is used, as packages (O2)."""
     policy = list(s.adaptive.shapes) if s.adaptive and s.adaptive.used else []
-    s.buckets += lower_frozen_draft_phases(s.writer, s.loaded, [s.shape, *policy], s.job, note)
+    s.buckets += lower_frozen_draft_phases(s.writer.root, s.loaded, [s.shape, *policy], s.job, note)
 
 
 def profile_pass(s: CompileState, note: Note) -> str:

@@ -251,7 +251,8 @@ def train_command(args: argparse.Namespace) -> int:
         Path(args.json).write_text(text + "\n")
     if args.job in WRITES and summary.get(WRITES[args.job]):
         print(summary[WRITES[args.job]])
-    for key, curve in summary.items() if "scored_head" in summary else ():  # eagle3 --score: one line per split
-        if key.endswith("_agreement_per_step"):
-            print(f"{key.removesuffix('_agreement_per_step')}: " + " / ".join(f"{a:.4f}" for a in curve))
+    if "scored_head" in summary:  # eagle3 --score: one line per held-out split
+        for key, curve in summary.items():
+            if key.endswith("_agreement_per_step"):
+                print(f"{key.removesuffix('_agreement_per_step')}: " + " / ".join(f"{a:.4f}" for a in curve))
     return 0

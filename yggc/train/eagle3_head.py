@@ -205,9 +205,14 @@ def new_head(target: Path, verifier: LlamaGraph, samples: list[Sample], size: in
     draft_ids = draft_vocabulary(samples, min(size, vocab), vocab)
     head = new_eagle3(target, draft_ids, n_slots=2, seed=seed)
     verifier.feature_layers = head.eagle.feature_layers
-    t2d = torch.full((vocab,), -1, dtype=torch.long)
+    return head, draft_tables(verifier, draft_ids)
+
+
+def draft_tables(verifier: LlamaGraph, draft_ids: torch.Tensor) -> Tables:
+    """The draft ids, the verifier -> draft id map (-1 outside the draft vocabulary) and the LM head's rows."""
+    t2d = torch.full((verifier.cfg.vocab_size,), -1, dtype=torch.long)
     t2d[draft_ids] = torch.arange(len(draft_ids))
-    return head, (draft_ids, t2d, verifier.lm_head.weight[draft_ids].float())
+    return draft_ids, t2d, verifier.lm_head.weight[draft_ids].float()
 
 
 def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict[str, list[Sample]],
@@ -215,15 +220,15 @@ def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict
     """`--score HEAD`: another head's held-out top-1 agreement per unroll position on this folder's held-out splits
     (read through the same feature cache), so heads trained on other data compare on the same tokens."""
     from ..errors import YggcError
+    from ..graphs.eagle3 import default_feature_layers
     from ..graphs.eagle3_checkpoint import load_eagle3
 
-    head = load_eagle3(head_dir, target, 2)
-    if tuple(head.eagle.feature_layers) != tuple(verifier.feature_layers):
+    head, cached = load_eagle3(head_dir, target, 2), default_feature_layers(verifier.cfg.n_layers)
+    if tuple(head.eagle.feature_layers) != cached:  # the cache's key does not name the layers: every head reads these
         raise YggcError(f"{head_dir} reads verifier layers {list(head.eagle.feature_layers)}, not the "
-                        f"{list(verifier.feature_layers)} this folder's features are cached for")
-    t2d = torch.full((verifier.cfg.vocab_size,), -1, dtype=torch.long)
-    t2d[head.draft_ids] = torch.arange(len(head.draft_ids))
-    tables = (head.draft_ids, t2d, verifier.lm_head.weight[head.draft_ids].float())
+                        f"{list(cached)} this folder's features are cached for")
+    verifier.feature_layers = head.eagle.feature_layers
+    tables = draft_tables(verifier, head.draft_ids)
     verifier_id = verifier_digest(target, args.dtype)
     curves = {split: evaluate(head, cached_extract(verifier, samples, verifier_id, cache_dir), preset.unroll, *tables,
                               preset.train.batch_size) for split, samples in heldout.items()}
@@ -254,10 +259,10 @@ def run(args: argparse.Namespace) -> dict:
     reference = reference_samples(target, preset.data, preset.reference)
     verifier = load_model(target, max(len(s.ids) for s in train_samples + heldout_samples + reference) + 1,
                           getattr(torch, args.dtype))
-    keep = budget_prefixes((train_samples, reference), args.train_tokens)
-    head, tables = new_head(target, verifier, train_samples[:keep[0]], preset.draft_vocab, args.seed)
     if args.score:
         return score_head(args.score, target, verifier, heldout, out / ".state" / "features", preset, args)
+    keep = budget_prefixes((train_samples, reference), args.train_tokens)
+    head, tables = new_head(target, verifier, train_samples[:keep[0]], preset.draft_vocab, args.seed)
     name = f"eagle3-{preset.name}" + (f"-{args.train_tokens}tok" if args.train_tokens else "")
     state_dir = out / ".state" / name
     done = saved_step(state_dir, not args.no_resume) >= preset.steps

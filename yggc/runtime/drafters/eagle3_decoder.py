@@ -40,7 +40,9 @@ class Eagle3DraftPhase(nn.Module):
         # (draft_space) reads the logits of the draft vocabulary alone (a sixth of SmolLM2's) and maps the chosen
         # columns to token ids; the decoder's phase reads the whole vocabulary's, -inf outside the draft vocabulary
         self.draft_space = draft_space
-        self.__dict__["step"] = head.draft_forward if draft_space else head if step is None else step
+        if draft_space:
+            step = head.draft_forward
+        self.__dict__["step"] = head if step is None else step
         self.__dict__["fuse"] = head.fuse if fuse is None else fuse
 
     def cache_tensors(self) -> list[torch.Tensor]:
