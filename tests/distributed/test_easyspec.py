@@ -6,6 +6,7 @@ import json
 import torch
 import torch.multiprocessing as mp
 from checkpoints import write_checkpoint
+from spawned_ranks import spawned_rank
 from test_tensor_parallel import WORLD, decode, prompt, run_cli
 from yggc.graphs import load_model
 from yggc.graphs.fuzzy import FuzzyDrafter, fuzzy_groups
@@ -15,7 +16,6 @@ from yggc.artifacts.cache_layout import CacheLayout, causal_rows, prefill
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
 from yggc.runtime.drafters.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
-from yggc.runtime.tp_processes import process_group
 from yggc.tree.sampling import SamplingParams
 
 LAYOUT = CacheLayout(128)
@@ -46,7 +46,7 @@ def calibrated_caches_are_exact(dec, drafter, exact, vocab: int) -> bool:
 
 
 def rank_main(rank: int, init: str, verifier: str, drafter_dir: str, out: str) -> None:
-    with process_group("gloo", init_method=init, rank=rank, world_size=WORLD):
+    with spawned_rank("gloo", init_method=init, rank=rank, world_size=WORLD):
         torch.set_num_threads(1)
         graph = load_tp_model(verifier, LAYOUT.n_slots)
         vocab = graph.cfg.vocab_size

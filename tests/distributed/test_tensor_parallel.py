@@ -11,6 +11,7 @@ import torch
 import torch.multiprocessing as mp
 from checkpoints import write_checkpoint
 from safetensors.torch import load_file, save_file
+from spawned_ranks import spawned_rank
 from yggc.graphs import CheckpointError, load_config, load_model
 from yggc.graphs.tensor_parallel import load_tp_model, local_config
 
@@ -18,7 +19,6 @@ from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.speculative import SpeculativeDecoder
-from yggc.runtime.tp_processes import process_group
 from yggc.tree.sampling import SamplingParams
 
 WORLD = 2
@@ -36,7 +36,7 @@ def decode(dec, ids, n=32) -> list[int]:
 
 
 def rank_main(rank: int, init: str, verifier: str, drafter: str, out: str) -> None:
-    with process_group("gloo", init_method=init, rank=rank, world_size=WORLD):
+    with spawned_rank("gloo", init_method=init, rank=rank, world_size=WORLD):
         torch.set_num_threads(1)
         layout = CacheLayout(128)
         graph = load_tp_model(verifier, layout.n_slots)
@@ -128,7 +128,7 @@ def test_tp_flag_errors_are_one_line(tmp_path):
 
 
 def nccl_rank_main(rank: int, init: str, verifier: str, out: str) -> None:
-    with process_group("nccl", init_method=init, rank=rank, world_size=WORLD):
+    with spawned_rank("nccl", init_method=init, rank=rank, world_size=WORLD):
         torch.cuda.set_device(rank)
         torch.backends.cuda.matmul.allow_tf32 = False
         layout, device = CacheLayout(128), f"cuda:{rank}"
