@@ -56,18 +56,25 @@ def shape_decoders(rt: Runtime, shapes: list[TreeShape]) -> dict:
     return rows
 
 
+def bubble_cells(row: DecodedRow) -> str:
+    """The median host bubble and the draft and verify phases' host time, as two table cells."""
+    ms = row.median("host_bubble_ms")
+    if ms is None:
+        return " - | - |"
+    return f" {ms:.2f} | {row.median('draft_host_ms'):.2f} / {row.median('verify_host_ms'):.2f} |"
+
+
 def shapes_table(rows: dict[str, DecodedRow], bubble: bool = False) -> str:
     """Mean accepted length, median TPOT and equality of each row against the first; bubble: the median host bubble
-    per traced iteration (time outside compiled model calls)."""
+    per traced iteration (time outside compiled model calls) and its draft and verify phases' shares."""
     first = next(iter(rows))
     base = statistics.median(rows[first].tpot_ms)
-    extra = (" host bubble ms |", "---|") if bubble else ("", "")
+    extra = (" host bubble ms | of it draft / verify ms |", "---|---|") if bubble else ("", "")
     lines = [f"| decoding | mean accepted | TPOT median ms | vs {first} | equal to {first} |{extra[0]}",
              f"|---|---|---|---|---|{extra[1]}"]
     for name, row in rows.items():
         med = statistics.median(row.tpot_ms)
-        ms = row.median("host_bubble_ms")
-        cell = (" - |" if ms is None else f" {ms:.2f} |") if bubble else ""
+        cell = bubble_cells(row) if bubble else ""
         lines.append(f"| {name} | {statistics.mean(row.accepted):.2f} | {med:.3f} | {base / med:.2f}x | "
                      f"{'yes' if row.equal else 'NO'} |{cell}")
     return "\n".join(lines)
