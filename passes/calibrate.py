@@ -25,7 +25,7 @@ from ..plan.shape import TreeShape
 from ..runtime.draft import Draft
 from ..runtime.drafters import speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
-from ..tree.block_verification import block_outcome
+from ..tree.block_verification import block_prefix_expected_accepted
 from ..tree.recursive_rejection import acceptance_probs
 from ..tree.sampling import SamplingParams, next_token
 
@@ -127,12 +127,7 @@ def block_chain_accepted(draft: Draft, kept: torch.Tensor, probs: torch.Tensor) 
     first v drafts are verified, v = 0..D (kept, probs as sampled_path_prob's); None for a tree."""
     if draft.q is None:
         return None
-    drafts, q, p = draft.tree.subtree(kept).tokens[1:].cpu(), draft.q.cpu(), probs.cpu()
-    out = [0.0]
-    for v in range(1, len(drafts) + 1):
-        law, _ = block_outcome(drafts[:v], q[:v], p[: v + 1])                   # [v + 1] P(tau = i)
-        out.append(float((law * torch.arange(v + 1, dtype=law.dtype)).sum()))
-    return torch.tensor(out, dtype=torch.float64)
+    return block_prefix_expected_accepted(draft.tree.subtree(kept).tokens[1:].cpu(), draft.q.cpu(), probs.cpu())
 
 
 def record_width_sampled(verifier, drafter, layout: CacheLayout, prompts: list[list[int]], width: int,

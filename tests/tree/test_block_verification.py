@@ -11,6 +11,7 @@ from scipy.stats import chisquare
 from yggc.tree.block_verification import (
     block_accept_probs,
     block_outcome,
+    block_prefix_expected_accepted,
     tokenwise_outcome,
     verify_chain_block,
     verify_chain_tokenwise,
@@ -105,6 +106,17 @@ def test_toy_example_of_the_paper_exactly():
     assert float(nxt[1, B]) == pytest.approx(1.0)
     for xs in ([A, B], [B, B]):  # always kept in full
         torch.testing.assert_close(block_outcome(torch.tensor(xs), q, p)[0], torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64))
+
+
+def test_prefix_expectations_equal_block_outcome_on_each_prefix():
+    g = torch.Generator().manual_seed(3)
+    for D, V in ((1, 5), (4, 7), (6, 3)):
+        q = torch.softmax(2 * torch.randn(D, V, generator=g, dtype=torch.float64), -1)
+        p = torch.softmax(2 * torch.randn(D + 1, V, generator=g, dtype=torch.float64), -1)
+        drafts = torch.multinomial(q, 1, generator=g).flatten()
+        want = [0.0] + [float((block_outcome(drafts[:v], q[:v], p[:v + 1])[0] * torch.arange(v + 1)).sum())
+                        for v in range(1, D + 1)]
+        torch.testing.assert_close(block_prefix_expected_accepted(drafts, q, p), torch.tensor(want, dtype=torch.float64))
 
 
 CASES = [(3, 2, 0), (3, 3, 1), (4, 2, 2), (4, 3, 3), (3, 2, 4), (4, 2, 5)]

@@ -63,11 +63,17 @@ def tokenwise_outcome(drafts: torch.Tensor, draft_probs: torch.Tensor, target_pr
     return tau.to(p.device), torch.cat([res, p[-1:]])
 
 
+def _survival(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> list[float]:
+    """pi_0..pi_D: the clipped running product of p_i(x_i) / q_i(x_i) (module doc)."""
+    pi = [1.0]
+    for ratio in _ratio(drafts, q, p):  # D is small
+        pi.append(min(1.0, pi[-1] * ratio))
+    return pi
+
+
 def _block_h(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> tuple[list[float], torch.Tensor]:
     """h_0..h_D and the unnormalised residual weights r [D, V] (module doc)."""
-    pi = [1.0]
-    for ratio in _ratio(drafts, q, p):  # D is small; pi_i is a clipped running product
-        pi.append(min(1.0, pi[-1] * ratio))
+    pi = _survival(drafts, q, p)
     pi_col = torch.tensor(pi[:-1], dtype=p.dtype, device=p.device).unsqueeze(1)   # [D, 1]
     r = (pi_col * p[:-1] - q).clamp(min=0.0)                                      # [D, V]
     R = r.sum(-1).tolist()                                                        # D floats
@@ -90,6 +96,26 @@ def block_outcome(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs:
     later_miss = torch.flip(torch.cumprod(torch.flip(1.0 - h, [0]), 0), [0])  # [D+1] prod_{j >= i} (1 - h_j)
     later_miss = torch.cat([later_miss[1:], h.new_ones(1)])                   # prod_{j > i}
     return h * later_miss, nxt
+
+
+def block_prefix_expected_accepted(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor
+                                   ) -> torch.Tensor:
+    """[D + 1]: the drafts block verification is expected to accept when only the first v drafts are verified,
+    v = 0..D (target_probs row v is then the bonus row). h_i for i < v does not depend on v and h_v = pi_v, so one
+    pass over the vocabulary serves every prefix: E[tau | v] = sum_i i * h_i * prod_{i < j <= v} (1 - h_j)."""
+    p = target_probs.to(torch.float64)
+    q = draft_probs.to(torch.float64)
+    pi = _survival(drafts, q, p)                                         # D + 1 floats
+    h = _block_h(drafts, q, p)[0][:-1]                                   # h_0..h_{D-1}
+    out = [0.0]
+    for v in range(1, drafts.shape[0] + 1):
+        hv = h[:v] + [pi[v]]
+        later_miss, expected = 1.0, 0.0
+        for i in range(v, 0, -1):  # prod_{j > i} (1 - h_j), built from the top
+            expected += i * hv[i] * later_miss
+            later_miss *= 1.0 - hv[i]
+        out.append(expected)
+    return torch.tensor(out, dtype=torch.float64)
 
 
 def verify_chain_tokenwise(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,
