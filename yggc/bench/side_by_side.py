@@ -69,7 +69,7 @@ def shapes_table(rows: dict[str, DecodedRow], bubble: bool = False) -> str:
     per traced iteration (time outside compiled model calls) and its draft and verify phases' shares."""
     first = next(iter(rows))
     base = statistics.median(rows[first].tpot_ms)
-    extra = (" host bubble ms | of it draft / verify ms |", "---|---|") if bubble else ("", "")
+    extra = (" host bubble ms | draft / verify host ms |", "---|---|") if bubble else ("", "")
     lines = [f"| decoding | mean accepted | TPOT median ms | vs {first} | equal to {first} |{extra[0]}",
              f"|---|---|---|---|---|{extra[1]}"]
     for name, row in rows.items():
