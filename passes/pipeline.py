@@ -106,7 +106,7 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
             phases = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, step)
             decoder = compiled_decoder(Path(scratch), loaded, compiled, phases, probe, job)
             measured.update(phase_profile(decoder, job.profile_repeats))
-        how = "through a draft phase package" if decoder.run_draft is not decoder.draft_phase else "eagerly"
+        how = "through a draft phase package" if phases else "eagerly"
         step(f"timed the phases at {probe} for the host glue, drafting {how}")
     costs = StageCosts.from_profile(measured)
     record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase

@@ -61,7 +61,7 @@ def test_shapes_rows_are_ar_the_plan_and_each_shape_all_equal(capsys, eager_bund
         "1.00", "1.00x"]
     assert rows["compiled AR"][4:6] == ["-", "-"]
     for r in (r for name, r in rows.items() if name != "compiled AR"):
-        draft, verify = (float(x) for x in r[5].split(" / "))  # parts of each iteration's bubble: so their medians
+        draft, verify = (float(x) for x in r[5].split(" / "))  # each at most its iteration's bubble, so medians too
         assert float(r[4]) > 0 and 0 <= draft <= float(r[4]) and 0 <= verify <= float(r[4])
     assert all(float(r[0]) >= 1.0 for r in rows.values())  # mean accepted length counts the bonus token
     saved = json.loads((tmp_path / "rows.json").read_text())

@@ -63,22 +63,29 @@ def tokenwise_outcome(drafts: torch.Tensor, draft_probs: torch.Tensor, target_pr
     return tau.to(p.device), torch.cat([res, p[-1:]])
 
 
-def _survival(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> list[float]:
-    """pi_0..pi_D: the clipped running product of p_i(x_i) / q_i(x_i) (module doc)."""
+def _block_terms(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor
+                 ) -> tuple[list[float], list[float], torch.Tensor]:
+    """pi_0..pi_D, h_0..h_{D-1} and the unnormalised residual weights r [D, V] (module doc)."""
     pi = [1.0]
-    for ratio in _ratio(drafts, q, p):  # D is small
+    for ratio in _ratio(drafts, q, p):  # D is small; pi_i is a clipped running product
         pi.append(min(1.0, pi[-1] * ratio))
-    return pi
-
-
-def _block_h(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> tuple[list[float], torch.Tensor]:
-    """h_0..h_D and the unnormalised residual weights r [D, V] (module doc)."""
-    pi = _survival(drafts, q, p)
     pi_col = torch.tensor(pi[:-1], dtype=p.dtype, device=p.device).unsqueeze(1)   # [D, 1]
     r = (pi_col * p[:-1] - q).clamp(min=0.0)                                      # [D, V]
     R = r.sum(-1).tolist()                                                        # D floats
     h = [R[i] / (R[i] + 1.0 - pi[i]) if R[i] + 1.0 - pi[i] > 0 else 1.0 for i in range(len(R))]  # 0/0 -> 1
+    return pi, h, r
+
+
+def _block_h(drafts: torch.Tensor, q: torch.Tensor, p: torch.Tensor) -> tuple[list[float], torch.Tensor]:
+    """h_0..h_D (h_D = pi_D) and the unnormalised residual weights r [D, V] (module doc)."""
+    pi, h, r = _block_terms(drafts, q, p)
     return h + [pi[-1]], r
+
+
+def _tau_law(h: torch.Tensor) -> torch.Tensor:
+    """h [D+1] -> P(tau = i) [D+1] = h_i * prod_{j > i} (1 - h_j): the longest accepted sub-block wins."""
+    later_miss = torch.flip(torch.cumprod(torch.flip(1.0 - h, [0]), 0), [0])  # [D+1] prod_{j >= i} (1 - h_j)
+    return h * torch.cat([later_miss[1:], h.new_ones(1)])                      # prod_{j > i}
 
 
 def block_accept_probs(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor
@@ -93,29 +100,17 @@ def block_outcome(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs:
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact law of block verification given the drafts: P(tau = i) [D+1] and next-token law [D+1, V]."""
     h, nxt = block_accept_probs(drafts, draft_probs, target_probs)
-    later_miss = torch.flip(torch.cumprod(torch.flip(1.0 - h, [0]), 0), [0])  # [D+1] prod_{j >= i} (1 - h_j)
-    later_miss = torch.cat([later_miss[1:], h.new_ones(1)])                   # prod_{j > i}
-    return h * later_miss, nxt
+    return _tau_law(h), nxt
 
 
 def block_prefix_expected_accepted(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor
                                    ) -> torch.Tensor:
     """[D + 1]: the drafts block verification is expected to accept when only the first v drafts are verified,
     v = 0..D (target_probs row v is then the bonus row). h_i for i < v does not depend on v and h_v = pi_v, so one
-    pass over the vocabulary serves every prefix: E[tau | v] = sum_i i * h_i * prod_{i < j <= v} (1 - h_j)."""
-    p = target_probs.to(torch.float64)
-    q = draft_probs.to(torch.float64)
-    pi = _survival(drafts, q, p)                                         # D + 1 floats
-    h = _block_h(drafts, q, p)[0][:-1]                                   # h_0..h_{D-1}
-    out = [0.0]
-    for v in range(1, drafts.shape[0] + 1):
-        hv = h[:v] + [pi[v]]
-        later_miss, expected = 1.0, 0.0
-        for i in range(v, 0, -1):  # prod_{j > i} (1 - h_j), built from the top
-            expected += i * hv[i] * later_miss
-            later_miss *= 1.0 - hv[i]
-        out.append(expected)
-    return torch.tensor(out, dtype=torch.float64)
+    pass over the vocabulary serves every prefix."""
+    pi, h, _ = _block_terms(drafts, draft_probs.to(torch.float64), target_probs.to(torch.float64))
+    laws = (_tau_law(torch.tensor(h[:v] + [pi[v]], dtype=torch.float64)) for v in range(len(pi)))  # [v + 1] each
+    return torch.tensor([float((law * torch.arange(len(law))).sum()) for law in laws], dtype=torch.float64)
 
 
 def verify_chain_tokenwise(drafts: torch.Tensor, draft_probs: torch.Tensor, target_probs: torch.Tensor,

@@ -39,9 +39,10 @@ class Eagle3DraftPhase(nn.Module):
         # an O2 bundle compiles the head's graph with `unfused` (Eagle3Kind.frozen_draft_phase). A compiled phase
         # (draft_space) reads the logits of the draft vocabulary alone (a sixth of SmolLM2's) and maps the chosen
         # columns to token ids; the decoder's phase reads the whole vocabulary's, -inf outside the draft vocabulary
+        if draft_space and step is not None:
+            raise ValueError("a draft_space phase steps through the head's draft_forward; pass no step")
         self.draft_space = draft_space
-        if draft_space:
-            step = head.draft_forward
+        step = head.draft_forward if draft_space else step
         self.__dict__["step"] = head if step is None else step
         self.__dict__["fuse"] = head.fuse if fuse is None else fuse
 
