@@ -7,9 +7,15 @@ and 45 ms at 8 on Zen 4, so a tree could not pay. VDPBF16PS multiplies bf16 pair
 VNNI-2 packed weight (k pairs interleaved per column), so each instruction does twice the work of an fp32
 FMA with no conversion, and one 32-bit broadcast feeds each row two k steps.
 
-Registration (micro_gemm.register_vnni2_kernel) adds a config beside Inductor's own; the template's ranking
-prefers it because its register block counts the k pair (block_k = 2), on machines whose vector ISA has
-AVX512-BF16. AMX configs still outrank it. Row invariance: see micro_gemm.
+Register blocking, by measurement (SmolLM2 bf16 on a Zen 5, 2 threads; docs/benchmarks/cpu-verify-curve.md):
+passes of up to 10 rows over 32 columns (2 weight vectors, 20 accumulators), the rows split evenly between
+passes. 8 x 48 blocks, the shape of Inductor's fp32 kernel, ran an 8-row gate + up projection 1.5-1.8x slower
+than 8 x 32 at the same 1-row cost, and a 9th row cost a whole 1-row pass of 3 dependent accumulator chains (the verifier's 9-row step 12.6 ms against 8.9 here).
+
+Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
+fp32-vector bf16 configs decline where this one applies (the template ranks larger register blocks first, not
+faster ones), on machines whose vector ISA has AVX512-BF16. AMX configs still outrank it. Row invariance: see
+micro_gemm.
 """
 from __future__ import annotations
 
@@ -19,9 +25,8 @@ import torch
 
 from . import micro_gemm
 
-# (block_m, block_n, block_k): Inductor's AVX-512 fp32-vector blockings, with the k pair as block_k.
-# 8 x 48 holds 24 fp32 accumulators, 3 weight vectors and the broadcast row in the 32 zmm registers.
-BLOCKINGS = ((8, 48, 2), (8, 32, 2), (16, 16, 2))
+# (block_m, block_n, block_k), the k pair as block_k: at most 10 rows a pass, 32 columns (see above)
+BLOCKINGS = ((10, 32, 2),)
 
 KERNEL = micro_gemm.kernel_source(512, r"""
     __m512i va;
@@ -54,4 +59,5 @@ def _usable(config, m, n, k, alpha, num_threads, **kwargs) -> bool:
 @functools.cache
 def register() -> bool:
     """Add the kernel to Inductor's micro-GEMM choices, once per process. -> whether it is registered."""
-    return micro_gemm.register_vnni2_kernel("CppMicroGemmAVX512BF16", KERNEL, "VecAVX512", BLOCKINGS, _usable)
+    return micro_gemm.register_vnni2_kernel("CppMicroGemmAVX512BF16", KERNEL, "VecAVX512", BLOCKINGS, _usable,
+                                            displace=True, even_split=True)

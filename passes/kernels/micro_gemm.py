@@ -88,16 +88,43 @@ ENTRY = r"""
 }
 """
 
+# The even-split entry: ceil(M / block_m) passes over each column block whose row counts differ by at most one
+# (9 rows at block_m 10: one pass; 16 rows: 8 + 8, not 10 + 6), so no pass is a latency-bound sliver of rows.
+EVEN_SPLIT_ENTRY = r"""
+{{declare_kernel}} {
+    {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
+    {{kernel.assert_function}}(K % 2 == 0, "K dimension must be even");
+    const int64_t passes = (M + {{block_m}} - 1) / {{block_m}};
+    int64_t m = 0;
+    for (int64_t pass = 0; pass < passes; ++pass) {
+        const int64_t rows = (M - m + passes - pass - 1) / (passes - pass);
+        switch (rows) {
+{%- for rows in range(block_m, 0, -1) %}
+        case {{rows}}:
+            for (int64_t n = 0; n < N; n += {{block_n}}) {
+                {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K, lda, ldb, ldc);
+            }
+            break;
+{%- endfor %}
+        default:
+            {{kernel.assert_function}}(false, "unsupported row count");
+        }
+        m += rows;
+    }
+}
+"""
+
 # extra_check(config, m, n, k, alpha, num_threads, **kwargs) -> whether a config may serve this GEMM
 Check = Callable[..., bool]
 
 
 def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, usable: Check,
-                          displace: bool = False) -> bool:
+                          displace: bool = False, even_split: bool = False) -> bool:
     """Add the bf16 x bf16 -> fp32 micro-kernel `kernel` (a Jinja template defining {{kernel_name}}_kernel)
     to Inductor's choices for the vector ISA class `isa` of torch._inductor.cpu_vec_isa, at `blockings`
     (block_m, block_n, 2), where `usable` accepts. displace: Inductor's own bf16 kernels for that ISA
     decline wherever this one is usable (its ranking prefers larger register blocks, not faster ones).
+    even_split: rows in even passes (EVEN_SPLIT_ENTRY) instead of whole blocks and a tail (ENTRY).
     -> whether it is registered; call once per process."""
     try:
         import torch._inductor.lowering  # noqa: F401 (first: importing cpp_micro_gemm alone is a circular import)
@@ -110,7 +137,8 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
                        "block_m": self.register_blocking.block_m, "block_n": self.register_blocking.block_n,
                        **self.get_common_options()}
             render = KernelTemplate._template_from_string
-            return render(kernel).render(options) + render(ENTRY).render(options)
+            entry = EVEN_SPLIT_ENTRY if even_split else ENTRY
+            return render(kernel).render(options) + render(entry).render(options)
 
         cls = type(name, (mg.CppMicroGemm,), {"codegen_define": codegen_define,
                                               "get_b_layout": lambda self: mg.LayoutType.VNNI2})

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""T(W), the verifier's cost per call of W rows, of O2 packages lowered by different checkouts, side by side.
+
+    python tools/bench_verify_packages.py lower -m $(yggc pull smollm2) -o NEW.pt2           # in each checkout
+    python tools/bench_verify_packages.py time -m $(yggc pull smollm2) OLD.pt2 NEW.pt2 --widths 1,4,8,9,16
+
+`lower` writes the package `yggc compile --opt O2` makes for the model (all widths 1..64 in one package). `time`
+loads every package into one process, prefills `--context` tokens into each, checks that every package gives the
+same logits at every width (the kernels may change speed, never bits), then times bucket calls with the packages
+and widths taking turns call by call (a shared VM's speed drifts within minutes): the best of 3 round medians.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from yggc.artifacts.buckets import CompiledModel
+from yggc.artifacts.cache_layout import causal_rows, prefill
+from yggc.artifacts.timing import steady_ms_each
+from yggc.passes.lower import lower_model
+from yggc.passes.profile import bucket_call
+from yggc.runtime import loading
+
+PACKAGE_WIDTH = 64  # the verifier package's widest call, as a compile lowers it
+
+
+def load(args) -> loading.LoadedModel:
+    return loading.load(args.model, loading.parse_dtype(args.dtype), args.max_seq)
+
+
+def prefilled(args, package: Path) -> tuple[CompiledModel, loading.LoadedModel]:
+    loaded = load(args)
+    model = CompiledModel(loaded.graph, {1: package}, "O2", package_width=PACKAGE_WIDTH)
+    ids = torch.randint(0, loaded.graph.cfg.vocab_size, (args.context,), generator=torch.Generator().manual_seed(0))
+    prefill(model, ids.tolist(), 0, loaded.layout, PACKAGE_WIDTH)
+    return model, loaded
+
+
+def logits(model: CompiledModel, loaded: loading.LoadedModel, width: int, context: int) -> torch.Tensor:
+    ids = torch.randint(0, loaded.graph.cfg.vocab_size, (width,), generator=torch.Generator().manual_seed(width))
+    slots = torch.arange(context, context + width)
+    out = model(ids, slots, slots, causal_rows(slots, loaded.layout.view(context + width)))
+    return out[0] if isinstance(out, tuple) else out  # [W, vocab]
+
+
+def time_packages(args) -> None:
+    models = {p: prefilled(args, Path(p).resolve()) for p in args.packages}
+    for w in args.widths:
+        first, *rest = (logits(m, loaded, w, args.context) for m, loaded in models.values())
+        if not all(torch.equal(first, other) for other in rest):
+            raise SystemExit(f"the packages' logits differ at {w} rows")
+    calls = {(p, w): bucket_call(m, w, loaded.layout, args.context) for p, (m, loaded) in models.items()
+             for w in args.widths}
+    ms = steady_ms_each(calls, args.repeats)
+    print(f"{args.dtype}, {torch.get_num_threads()} threads, {args.context} cached tokens; logits equal at every "
+          "width; ms per call")
+    print("| package | " + " | ".join(f"W={w}" for w in args.widths) + " |")
+    print("|---|" + "---|" * len(args.widths))
+    for p in args.packages:
+        print(f"| {p} | " + " | ".join(f"{ms[(p, w)]:.2f}" for w in args.widths) + " |")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", choices=["lower", "time"])
+    ap.add_argument("packages", nargs="*", help="time: the packages to compare")
+    ap.add_argument("-m", "--model", required=True, help="the verifier checkpoint folder")
+    ap.add_argument("-o", "--out", help="lower: the package to write")
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--widths", default="1,4,8,9,16", help="time: rows per call, comma-separated")
+    ap.add_argument("--context", type=int, default=256, help="time: cached tokens before the rows")
+    ap.add_argument("--max-seq", type=int, default=2048)
+    ap.add_argument("--repeats", type=int, default=60, help="time: calls per package and width")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    args = ap.parse_intermixed_args(argv)
+    args.widths = [int(w) for w in args.widths.split(",")]
+    torch.set_num_threads(args.threads)
+    with torch.inference_mode():
+        if args.command == "lower":
+            if not args.out:
+                ap.error("lower needs -o/--out")
+            lower_model(load(args).graph, PACKAGE_WIDTH, args.max_seq, Path(args.out))
+        elif len(args.packages) < 2:
+            ap.error("time needs two or more packages")
+        else:
+            time_packages(args)
+
+
+if __name__ == "__main__":
+    main()
