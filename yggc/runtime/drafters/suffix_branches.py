@@ -27,13 +27,13 @@ from ...tree.sampling import SamplingParams
 from ...tree.token_tree import TokenTree
 from ..draft import Draft
 from ..speculative import SpeculativeDecoder
-from .suffix_drafter import GREEDY, SuffixDrafter
+from .suffix_drafter import PointMassGreedy, SuffixDrafter
 
 BRANCHES_SHAPE = TreeShape(6, 2, 8)  # tokens per branch, branches, suffix nodes added at most
 MIN_CHANCE = 0.2  # a suffix node whose estimated acceptance is below this is not worth its verifier row
 
 
-class SuffixBranches:
+class SuffixBranches(PointMassGreedy):
     """Mixin before a model decoder class (with_suffix_branches): its drafts get the suffix branches merged in."""
 
     suffix: SuffixDrafter
@@ -61,9 +61,6 @@ class SuffixBranches:
         if not self.propose(pending, n):
             return super().draft_sampled(pending, n, params, gen)
         return self.draft_tree(pending, n)
-
-    def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
-        return self.verify_sampled(draft, n, GREEDY, None)
 
     def propose(self, pending: list[int], n: int) -> list:
         """The suffix proposals after root pending[-1] at slot n (kept for record_outcome)."""

@@ -42,7 +42,15 @@ class SuffixDrafter:
         self.index.extend(tokens[shared:])
 
 
-class SuffixDecoder(SpeculativeDecoder):
+class PointMassGreedy:
+    """Mixin for decoders whose drafts are point masses (suffix proposals, alone or beside a model's tree): greedy
+    verification is the multi-draft rule at T = 0, which accepts the greedy path through every branch."""
+
+    def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
+        return self.verify_sampled(draft, n, GREEDY, None)
+
+
+class SuffixDecoder(PointMassGreedy, SpeculativeDecoder):
     """Tree speculative decoding whose drafts are suffix matches (SuffixDrafter) instead of a drafter model's;
     `shape`: depth = tokens per branch, width = branches, verify = nodes verified at most."""
 
@@ -94,9 +102,6 @@ class SuffixDecoder(SpeculativeDecoder):
 
     def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
         return self.draft_tree(pending, n)  # point-mass drafts: verify_sampled's multi-draft rule keeps p exact
-
-    def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
-        return self.verify_sampled(draft, n, GREEDY, None)
 
     def record(self, max_depth: int, n_verified: int, n_accepted: int) -> None:
         drafted = sum(len(p.tokens) for p in self.proposals)  # the tokens proposed, not the shape's V
