@@ -60,44 +60,22 @@ def kernel_source(bits: int, k_loop: str) -> str:
     return fill(FRAME_OPEN) + k_loop + fill(FRAME_CLOSE)
 
 
-# The micro-GEMM entry: full row blocks of block_m, then one tail block of the same kernel at fewer rows.
+# The micro-GEMM entry: passes over each column block, each one instantiation of the kernel at its row count.
+# Whole blocks of block_m rows, then the tail; or, with even_split, ceil(M / block_m) passes whose row counts differ
+# by at most one (9 rows at block_m 10: one pass; 16 rows: 8 + 8, not 10 + 6), so that no pass is a sliver of rows
+# re-reading the weights for a fraction of the arithmetic.
 ENTRY = r"""
-{{declare_kernel}} {
-    {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
-    {{kernel.assert_function}}(K % 2 == 0, "K dimension must be even");
-    const int64_t m_tail = M % {{block_m}};
-    const int64_t m_main = M - m_tail;
-    for (int64_t m = 0; m < m_main; m += {{block_m}}) {
-        for (int64_t n = 0; n < N; n += {{block_n}}) {
-            {{kernel_name}}_kernel<{{block_m}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K, lda, ldb, ldc);
-        }
-    }
-    switch (m_tail) {
-    case 0:
-        break;
-{%- for rows in range(block_m - 1, 0, -1) %}
-    case {{rows}}:
-        for (int64_t n = 0; n < N; n += {{block_n}}) {
-            {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m_main * lda, B + 2 * n, C + m_main * ldc + n, K, lda, ldb, ldc);
-        }
-        break;
-{%- endfor %}
-    default:
-        {{kernel.assert_function}}(false, "unsupported row tail");
-    }
-}
-"""
-
-# The even-split entry: ceil(M / block_m) passes over each column block whose row counts differ by at most one
-# (9 rows at block_m 10: one pass; 16 rows: 8 + 8, not 10 + 6), so no pass is a latency-bound sliver of rows.
-EVEN_SPLIT_ENTRY = r"""
 {{declare_kernel}} {
     {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
     {{kernel.assert_function}}(K % 2 == 0, "K dimension must be even");
     const int64_t passes = (M + {{block_m}} - 1) / {{block_m}};
     int64_t m = 0;
     for (int64_t pass = 0; pass < passes; ++pass) {
+{%- if even_split %}
         const int64_t rows = (M - m + passes - pass - 1) / (passes - pass);
+{%- else %}
+        const int64_t rows = std::min<int64_t>({{block_m}}, M - m);
+{%- endif %}
         switch (rows) {
 {%- for rows in range(block_m, 0, -1) %}
         case {{rows}}:
@@ -124,7 +102,7 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
     to Inductor's choices for the vector ISA class `isa` of torch._inductor.cpu_vec_isa, at `blockings`
     (block_m, block_n, 2), where `usable` accepts. displace: Inductor's own bf16 kernels for that ISA
     decline wherever this one is usable (its ranking prefers larger register blocks, not faster ones).
-    even_split: rows in even passes (EVEN_SPLIT_ENTRY) instead of whole blocks and a tail (ENTRY).
+    even_split: rows in even passes instead of whole blocks and a tail (ENTRY).
     -> whether it is registered; call once per process."""
     try:
         import torch._inductor.lowering  # noqa: F401 (first: importing cpp_micro_gemm alone is a circular import)
@@ -135,10 +113,9 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
         def codegen_define(self, template_kernel) -> str:
             options = {"declare_kernel": self.get_kernel_declaration(), "kernel": template_kernel,
                        "block_m": self.register_blocking.block_m, "block_n": self.register_blocking.block_n,
-                       **self.get_common_options()}
+                       "even_split": even_split, **self.get_common_options()}
             render = KernelTemplate._template_from_string
-            entry = EVEN_SPLIT_ENTRY if even_split else ENTRY
-            return render(kernel).render(options) + render(entry).render(options)
+            return render(kernel).render(options) + render(ENTRY).render(options)
 
         cls = type(name, (mg.CppMicroGemm,), {"codegen_define": codegen_define,
                                               "get_b_layout": lambda self: mg.LayoutType.VNNI2})
