@@ -9,6 +9,7 @@ artifacts.aoti_package.load_package, which binds the file beside it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -62,13 +63,33 @@ def _header_size(path: Path) -> int:
         return int.from_bytes(f.read(8), "little")
 
 
+def _stored_once(constants: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """-> ({stored name: storage bytes} holding each distinct storage once, {constant name: its stored name}).
+    Inductor packs a weight once per GEMM that reads it (an unrolled draft phase's steps each get their own copy):
+    those copies are stored, mapped and cached once."""
+    stored: dict[str, torch.Tensor] = {}
+    by_digest: dict[tuple[int, str], str] = {}
+    storage_of: dict[str, str] = {}
+    for name, t in constants.items():
+        raw = _storage_bytes(t)
+        key = (raw.numel(), hashlib.sha256(raw.numpy().data).hexdigest())
+        same = by_digest.get(key)
+        if same is not None and torch.equal(stored[same], raw):
+            storage_of[name] = same
+        else:
+            stored[name], storage_of[name] = raw, name
+            by_digest.setdefault(key, name)
+    return stored, storage_of
+
+
 def write_constants(package: Path, constants: dict[str, torch.Tensor]) -> Path:
-    """Write `constants` to constants_path(package). Every stored tensor is uint8 of a multiple of ALIGN bytes,
-    so they all start aligned once the data does; the data starts after the 8-byte length and the JSON header,
-    which the writer pads with spaces to 8 bytes, so a second write pads the metadata to move it onto ALIGN."""
-    stored = {name: _storage_bytes(t) for name, t in constants.items()}
+    """Write `constants` to constants_path(package), each distinct storage once (_stored_once). Every stored tensor
+    is uint8 of a multiple of ALIGN bytes, so they all start aligned once the data does; the data starts after the
+    8-byte length and the JSON header, which the writer pads with spaces to 8 bytes, so a second write pads the
+    metadata to move it onto ALIGN."""
+    stored, storage_of = _stored_once(constants)
     layout = {name: {"dtype": str(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
-                     "offset": t.storage_offset(), "nbytes": t.untyped_storage().nbytes()}
+                     "offset": t.storage_offset(), "nbytes": t.untyped_storage().nbytes(), "storage": storage_of[name]}
               for name, t in constants.items()}
     path = constants_path(package)
     metadata = {LAYOUT_KEY: json.dumps(layout), "pad": ""}

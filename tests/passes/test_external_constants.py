@@ -66,6 +66,20 @@ def test_strided_and_offset_constants_come_back_laid_out_as_written(tmp_path):
         assert got.untyped_storage().data_ptr() % ALIGN == 0, name
 
 
+def test_constants_with_equal_bytes_are_stored_once_and_share_their_pages(tmp_path):
+    """A weight Inductor packed once per GEMM reading it comes back as views of one stored copy."""
+    packed = torch.randn(64, 32).bfloat16()
+    written = {"step_1": packed, "step_2": packed.clone(), "other": torch.randn(64, 32).bfloat16(),
+               "step_2_t": packed.clone().t()}  # the same bytes under another layout
+    path = external_constants.write_constants(tmp_path / "x.pt2", written)
+    assert path.stat().st_size < 3 * packed.numel() * 2  # two distinct storages, not four
+    back = read_constants(path)
+    for name, t in written.items():
+        assert torch.equal(back[name], t) and back[name].stride() == t.stride(), name
+    ptr = {name: t.untyped_storage().data_ptr() for name, t in back.items()}
+    assert ptr["step_1"] == ptr["step_2"] == ptr["step_2_t"] != ptr["other"]
+
+
 def test_a_damaged_constants_file_is_one_clear_error(package, tmp_path):
     path = package[0]
     copy = tmp_path / path.name
