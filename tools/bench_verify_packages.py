@@ -15,12 +15,12 @@ import argparse
 from pathlib import Path
 
 import torch
+from yggc.passes.lower import lower_model
+from yggc.passes.profile import bucket_call
 
 from yggc.artifacts.buckets import CompiledModel
 from yggc.artifacts.cache_layout import causal_rows, prefill
 from yggc.artifacts.timing import steady_ms_each
-from yggc.passes.lower import lower_model
-from yggc.passes.profile import bucket_call
 from yggc.runtime import loading
 
 PACKAGE_WIDTH = 64  # the verifier package's widest call, as a compile lowers it

@@ -10,7 +10,8 @@ FMA with no conversion, and one 32-bit broadcast feeds each row two k steps.
 Register blocking, by measurement (SmolLM2 bf16 on a Zen 5, 2 threads; docs/benchmarks/cpu-verify-curve.md):
 passes of up to 10 rows over 32 columns (2 weight vectors, 20 accumulators), the rows split evenly between
 passes. 8 x 48 blocks, the shape of Inductor's fp32 kernel, ran an 8-row gate + up projection 1.5-1.8x slower
-than 8 x 32 at the same 1-row cost, and a 9th row cost a whole 1-row pass of 3 dependent accumulator chains (the verifier's 9-row step 12.6 ms against 8.9 here).
+than 8 x 32 at the same 1-row cost, and a 9th row cost a whole 1-row pass of 3 dependent accumulator chains (the
+verifier's 9-row call 11.3-11.5 ms against 8.3-8.6 now).
 
 Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
 fp32-vector bf16 configs decline where this one applies (the template ranks larger register blocks first, not

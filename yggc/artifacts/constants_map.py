@@ -7,9 +7,10 @@ keeps them in `<package>.constants.safetensors` (passes/external_constants.py wr
 as the raw bytes of its storage (uint8, padded to ALIGN bytes) with its dtype, shape, stride and offset in the
 file's metadata, so the tensor the package gets back is laid out exactly as the one Inductor compiled against,
 and every constant starts ALIGN-aligned in the file. Constants whose storages hold the same bytes (a weight packed
-once per GEMM that reads it) are stored once and bound to views of the same pages ("storage" names the copy). The package is bound to views of the mapped file by
-Inductor's internal constant names: their original names collide once freezing has packed the weights (every
-packed GEMM weight reports the same one), so `load_constants` by name cannot bind them.
+once per GEMM that reads it) are stored once and bound to views of the same pages ("storage" names the copy). The
+package is bound to views of the mapped file by Inductor's internal constant names: their original names collide
+once freezing has packed the weights (every packed GEMM weight reports the same one), so `load_constants` by name
+cannot bind them.
 """
 from __future__ import annotations
 
