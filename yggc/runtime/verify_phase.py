@@ -7,7 +7,6 @@ the move of the accepted path's K/V to the slots after the root.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -88,29 +87,30 @@ class GreedyVerifyPhase(nn.Module):
         return emit, info, root, torch.stack([n + path_ids[1:], dst]), *(t[path] for t in per_row)
 
     def forward_host(self, tokens, parents, depth, cum_logp, anc, n: int, view: int):
-        """forward() with its tree work in tree/verify_host.py's NumPy functions (n and the view as ints). Its
+        """forward() with its tree work in tree/verify_host.py's functions (n and the view as ints). Its
         K/V moves past the accepted rows are no-ops (dst onto dst), where forward moves rejected rows' K/V past
         the new end: no later call reads those slots before it writes them."""
         V, D = self.verify, self.depth
-        tok = tokens.numpy()
-        kept, sub_par, sub_depth, sub_anc = verify_host.prune_top(parents.numpy(), depth.numpy(), cum_logp.numpy(),
+        kept, sub_par, sub_depth, sub_anc = verify_host.prune_top(parents.tolist(), depth.tolist(), cum_logp.tolist(),
                                                                   anc.numpy(), V)
-        sub_tok, rows = tok[kept], np.arange(V + 1)
-        inputs = (sub_tok, n + sub_depth, n + rows, host.tree_mask(n, sub_anc, view))
-        logits, per_row = self.score(*map(torch.from_numpy, inputs))  # [V+1, vocab]
-        best = row_argmax(logits).numpy()  # [V+1]
+        tok = tokens.tolist()
+        sub_tok = [tok[i] for i in kept]
+        inputs = (torch.tensor(sub_tok), torch.tensor([n + d for d in sub_depth]), torch.arange(n, n + V + 1),
+                  torch.from_numpy(host.tree_mask(n, sub_anc, view)))
+        logits, per_row = self.score(*inputs)  # [V+1, vocab]
+        best = row_argmax(logits).tolist()  # [V+1]
         deepest = verify_host.deepest_accepted(sub_tok, sub_par, sub_depth, best)
-        path = verify_host.path_rows(sub_anc[deepest], sub_depth, min(D, V) + 1, D)
-        k, path_ids = int(sub_depth[deepest]), kept[path]
+        path = verify_host.path_rows(sub_anc[deepest].tolist(), sub_depth, min(D, V) + 1, D)
+        k, path_ids = sub_depth[deepest], [kept[r] for r in path]
         # the moves past the accepted k rows become no-ops (forward moves them past the new end)
-        dst = n + 1 + np.arange(path.shape[0] - 1)
-        accepted = np.arange(dst.shape[0]) < k
-        self.verifier.move_kv(torch.from_numpy(np.where(accepted, n + path[1:], dst)), torch.from_numpy(dst))
-        emit = np.where(rows[: path.shape[0]] == k, best[deepest], tok[np.roll(path_ids, -1)])
-        info = np.array([k, path_ids[k], sub_depth.max()])
-        path_t = torch.from_numpy(path)
+        dst = [n + 1 + i for i in range(len(path) - 1)]
+        self.verifier.move_kv(torch.tensor([n + r if i < k else d for i, (r, d) in enumerate(zip(path[1:], dst))]),
+                              torch.tensor(dst))
+        emit = [best[deepest] if i == k else tok[path_ids[(i + 1) % len(path)]] for i in range(len(path))]
+        drafter_src = [n + t if i < k else d for i, (t, d) in enumerate(zip(path_ids[1:], dst))]
+        path_t = torch.tensor(path)
         if self.keep_path_logits:
             self.path_logits = logits[path_t]
-        return (torch.from_numpy(emit), torch.from_numpy(info), logits[deepest],
-                torch.from_numpy(np.stack([np.where(accepted, n + path_ids[1:], dst), dst])),
+        return (torch.tensor(emit), torch.tensor([k, path_ids[k], max(sub_depth)]), logits[deepest],
+                torch.tensor([drafter_src, dst]),
                 *(t[path_t] for t in per_row))
