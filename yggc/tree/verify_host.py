@@ -1,7 +1,7 @@
 """The greedy verify phase's tree work (runtime/verify_phase.py) for eager CPU decoding (see host.py): the same
-results as prune_top and greedy_accept, in plain Python over a tree's few nodes. Right after a package call has
-streamed the weights, each NumPy call costs many times what it does in a warm loop; a few list operations less
-(docs/benchmarks/host-costs.md)."""
+results as prune_top and greedy_accept, in plain Python over a tree's few nodes: right after a package call has
+streamed the weights, each NumPy call costs many times what it does in a warm loop, and list operations on a few
+nodes cost less (docs/benchmarks/host-costs.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +21,7 @@ def prune_top(parents: list[int], depth: list[int], cum_logp: list[float], anc: 
 
 def deepest_accepted(sub_tokens: list[int], sub_par: list[int], sub_depth: list[int], best: list[int]) -> int:
     """verify_phase.greedy_accept: a row is accepted when its token is its parent's argmax `best` and its parent
-    is accepted (rows come parents first) -> the deepest accepted row, the first of its depth (0 = the root).
-    Python lists: a handful of rows, right after a package call has left NumPy's code out of the caches."""
+    is accepted (rows come parents first) -> the deepest accepted row, the first of its depth (0 = the root)."""
     accepted, deepest = [True] * len(sub_par), 0
     for r in range(1, len(sub_par)):
         parent = sub_par[r]
