@@ -62,7 +62,7 @@ class GreedyVerifyPhase(nn.Module):
         the next root's logits [vocab] (the bonus token's row; the depth predictor reads them),
         drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end),
         then score()'s per-row tensors at the path rows (root first). Eager on the CPU the tree work runs in
-        NumPy (forward_host), with the same results."""
+        tree/verify_host.py (forward_host), with the same results."""
         if host.eager_cpu(tokens):
             return self.forward_host(tokens, parents, depth, cum_logp, anc, int(n), view_slots.shape[0])
         V, D = self.verify, self.depth

@@ -5,7 +5,8 @@ torch code so that at O1 it compiles into the phases' single calls. Run eagerly,
 ops per iteration, and each pays torch's dispatch with cold caches, since the model call before it has just
 streamed the weights through them. Measured on SmolLM2 (AMD EPYC Zen 3, 2 threads), a D2 W4 V4 iteration's
 verify-side tree work took 1.45 ms right after a model call (0.72 ms warm); NumPy does the same in ~0.1 ms.
-egt_host.py and verify_host.py hold the NumPy twins; tests check them bit for bit against the torch code.
+egt_host.py holds the NumPy twin of EGT growth and verify_host.py the verify side's (plain Python over the few
+kept nodes, fewer calls still); tests check them bit for bit against the torch code.
 """
 from __future__ import annotations
 

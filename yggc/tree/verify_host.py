@@ -15,7 +15,7 @@ def prune_top(parents: list[int], depth: list[int], cum_logp: list[float], anc: 
     ranked = sorted(range(1, len(parents)), key=lambda i: (-cum_logp[i], depth[i]))  # stable: then by id
     kept = [0, *sorted(ranked[:V], key=lambda i: (depth[i], i))]
     row = {node: r for r, node in enumerate(kept)}
-    sub_par = [-1 if parents[i] < 0 else row.get(parents[i], -1) for i in kept]
+    sub_par = [row.get(parents[i], -1) for i in kept]  # the root's parent, -1, is no row
     return kept, sub_par, [depth[i] for i in kept], anc[np.ix_(kept, kept)]
 
 
