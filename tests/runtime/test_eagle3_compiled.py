@@ -6,6 +6,7 @@ import shutil
 import pytest
 import torch
 from checkpoints import write_checkpoint
+from fused_verify import fused_verify_calls
 from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import (
     EMBEDDING_ONLY,
@@ -116,11 +117,12 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     assert not head.graph.has_weights and head.graph.lm_head.weight.is_meta  # the rest only in its package
     assert tree.drafter is head and isinstance(head.any_width, HeadBucket)
     assert not any("embed" in name for name in head.any_width.runner.get_constant_fqns())
-    ref_dec = rt.decoder(speculative=False)
+    ref_dec, fused = rt.decoder(speculative=False), fused_verify_calls(rt)
     for seed in range(3):
         prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         assert tokens(tree, prompt, 40) == tokens(ref_dec, prompt, 40)
         assert tree.stats.n_accept > 0
+    assert fused and all(fused)  # the verify phase in one call, the features' path rows handed over
     # sampled trees draft through the head's package too (its checkpoint beyond fc is not in the bundle)
     sampled = SamplingParams(temperature=1.0, top_p=0.9, seed=7)
     runs = [[t for c in tree.stream(prompt, 24, sampled) for t in c] for _ in range(2)]

@@ -6,11 +6,13 @@ import re
 import pytest
 import torch
 from checkpoints import write_checkpoint
+from fused_verify import fused_verify_calls
 from trees import CyclingPolicy
 from yggc.passes import tied_head
 from yggc.passes.calibrate import CalibrationSpec
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
+from yggc.artifacts import kernel_ops
 from yggc.artifacts.cache_layout import causal_rows
 from yggc.artifacts.constants_map import constants_path
 from yggc.errors import YggcError
@@ -188,6 +190,7 @@ def test_one_package_per_model_weights_once_eager_phases(o2_bundle):
 def test_tree_decoding_equals_compiled_ar_for_every_shape(o2_bundle):
     rt = Runtime.load(o2_bundle)
     ar = rt.decoder(speculative=False)
+    fused = fused_verify_calls(rt)
     for seed in range(2):
         prompt = torch.randint(1, 301, (6 + 11 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         ref = rt.generate(prompt, 40, decoder=ar).tokens
@@ -197,6 +200,23 @@ def test_tree_decoding_equals_compiled_ar_for_every_shape(o2_bundle):
         echo = phrase + [1] + phrase + [2] + phrase  # suffix branches from the first iteration
         assert (rt.generate(echo, 40, decoder=rt.decoder(shape=SHAPES[0], suffix_branches=True)).tokens
                 == rt.generate(echo, 40, decoder=ar).tokens)
+    assert fused and all(fused)  # prune, verifier, acceptance and K/V moves in one call each iteration
+
+
+@pytest.mark.parametrize("path", ["two tree ops", "python"])
+def test_verify_phase_without_the_one_call_equals_compiled_ar(o2_bundle, monkeypatch, path):
+    """A runner without verify_tree (PackageRunnerV1, a library before V2) verifies through the tree ops around the
+    verifier's package; a process without the tree ops in Python (tree/verify_host.py): the same tokens."""
+    monkeypatch.setattr(kernel_ops, "package_runner", lambda: torch.classes.yggc.PackageRunnerV1)
+    if path == "python":
+        monkeypatch.setattr(kernel_ops, "has_tree_ops", lambda: False)
+    rt = Runtime.load(o2_bundle)
+    fused = fused_verify_calls(rt)
+    prompt = torch.randint(1, 301, (9,), generator=torch.Generator().manual_seed(3)).tolist()
+    ref = rt.generate(prompt, 40, decoder=rt.decoder(speculative=False)).tokens
+    for shape in SHAPES:
+        assert rt.generate(prompt, 40, decoder=rt.decoder(shape=shape)).tokens == ref, shape
+    assert not any(fused) and (path == "python") == (not fused)
 
 
 def test_per_iteration_shapes_through_the_packages_equal_compiled_ar(o2_bundle):

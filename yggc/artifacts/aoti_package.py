@@ -30,7 +30,8 @@ MODEL_NAME = "model"  # the name aoti_compile_and_package gives the one model in
 class BoundLoader:
     """torch's package loader through its own Python binding, which holds the GIL for the whole call: what CUDA
     packages use (run single-threaded, a CUDA graph capture allows no per-call event bookkeeping), and CPU
-    packages whose kernel library predates `kernel_ops.RUNNER_CLASS`. Same methods as that class."""
+    packages whose kernel library predates `kernel_ops.RUNNER_CLASSES`. Same methods as those classes, less
+    `verify_tree`."""
 
     def __init__(self, path: str, run_single_threaded: bool):
         self.loader = torch._C._aoti.AOTIModelPackageLoader(path, MODEL_NAME, run_single_threaded, 1, -1)
@@ -63,6 +64,8 @@ class Package:
         self.out_spec = pytree.treespec_loads(self.loader.call_spec()[1])
         self.one_output = self.out_spec.is_leaf()
         self.bound: dict[str, torch.Tensor] = {}  # constants the package reads in place (bind_constants)
+        # the greedy verify phase around this package in one call (PackageRunnerV2), else None
+        self.verify_tree = getattr(self.loader, "verify_tree", None)
 
     def __call__(self, *tensors: torch.Tensor):
         out = self.loader.run(list(tensors))

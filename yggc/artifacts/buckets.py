@@ -142,6 +142,21 @@ class CompiledModel:
                 return self.graph.forward_features(input_ids, *args)
             return tuple(run(input_ids, *args))
 
+    def verify_tree(self, tree: tuple[torch.Tensor, ...], n: int, view: int, verify: int, depth: int,
+                    per_row: bool) -> list[torch.Tensor] | None:
+        """The greedy verify phase in one call through the package of width verify + 1 (tree: tokens, parents,
+        depth, cum_logp [N], anc [N, N]; per_row: with the features, from a features package), the verifier's
+        K/V moved -> kernel_ops.verify_tree_accept's outputs, else None (no such package, or a runner without
+        the call)."""
+        run = self.runner(verify + 1)
+        if getattr(getattr(run, "runner", None), "verify_tree", None) is None or (per_row and not self.features):
+            return None
+        with self.trace.span("verify phase", "models", verify + 1):
+            out = run.verify_tree(tree, n, view, verify, depth, per_row)
+        if run.kv_pool is None:  # caches apart: the op left the moves to the graph
+            self.move_kv(out[5][0], out[5][1])
+        return out
+
     def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """The graph's KV compaction, without the moves of a slot onto itself (on the CPU most iterations'
         accepted path already sits where compaction would put it, and the K/V gather costs ~0.1 ms)."""

@@ -11,9 +11,17 @@ class CacheInputBucket:
 
     def __init__(self, runner, graph: torch.nn.Module, fed: tuple[torch.Tensor, ...] = ()):
         self.runner, self.caches = runner, (*graph.cache_tensors(), *fed)
+        # the one buffer the bound caches are views of (graphs/llama.py's pool_caches), else None
+        self.kv_pool = graph.pooled() if hasattr(graph, "pooled") else None
 
     def __call__(self, *inputs):
         return self.runner(*inputs, *self.caches)
+
+    def verify_tree(self, tree: tuple[torch.Tensor, ...], n: int, view: int, verify: int, depth: int,
+                    per_row: bool) -> list[torch.Tensor]:
+        """The greedy verify phase around this package in one call (runtime/verify_phase.py's forward_ops; the
+        runner's verify_tree, where it has one), the verifier's K/V moved in kv_pool if the caches have one."""
+        return self.runner.verify_tree(*tree, n, view, verify, depth, list(self.caches), self.kv_pool, per_row)
 
 
 class HeadBucket(CacheInputBucket):

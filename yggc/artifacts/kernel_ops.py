@@ -6,8 +6,13 @@
 - `yggc::tied_head_v2`: a tied LM head read from the blocked bf16 table the embedding is gathered from too
   (kernels/tied_head.cpp; passes/tied_head.py lays the table out, in blocks of 16 or 64 columns). The library
   also registers `tied_head_v1` (blocks of 16 only), which packages compiled before v2 call;
-- `torch.classes.yggc.PackageRunnerV1`: torch's own package loader bound as a TorchScript class
-  (kernels/package_runner.cpp), whose calls let go of the GIL while the model runs (aoti_package.py).
+- `yggc::verify_tree_inputs_v1` and `yggc::verify_tree_accept_v1`: the greedy verify phase's tree work before and
+  after the verifier's call (kernels/verify_tree.cpp; runtime/verify_phase.py calls them where the process has
+  them, else tree/verify_host.py's Python, which gives the same results);
+- `torch.classes.yggc.PackageRunnerV2`: torch's own package loader bound as a TorchScript class
+  (kernels/package_runner.cpp), whose calls let go of the GIL while the model runs (aoti_package.py); its
+  `verify_tree` runs the two tree ops and the verifier's package between them in one call. The library also
+  registers V1 (without it), which yggc versions before V2 ask for.
 
 CPU packages call them from their compiled code (AOTInductor extern kernels), so a process must load the
 library before it loads such a package. The compile writes the library beside the packages it lowers
@@ -29,13 +34,15 @@ import torch
 from ..errors import YggcError
 
 NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v2", "tied_head_v2"
+TREE_INPUTS_OP, TREE_ACCEPT_OP = "verify_tree_inputs_v1", "verify_tree_accept_v1"
 KNOWN_OPS = ("attend_rows_v1", ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
 REGISTER = "yggc_register_ops"  # the library's entry point
-RUNNER_CLASS = "PackageRunnerV1"  # torch's package loader, called without the GIL (kernels/package_runner.cpp)
+RUNNER_CLASSES = ("PackageRunnerV2", "PackageRunnerV1")  # torch's package loader, called without the GIL
+# (kernels/package_runner.cpp), newest first: V2 also runs the greedy verify phase in one call (verify_tree)
 LIBRARY = "yggc_kernels.so"
 SOURCES = tuple(Path(__file__).with_name("kernels") / name
-                for name in ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp", "package_runner.cpp",
-                             "register_ops.cpp"))
+                for name in ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp", "verify_tree.cpp",
+                             "package_runner.cpp", "register_ops.cpp"))
 
 
 def has_op(name: str) -> bool:
@@ -64,12 +71,14 @@ def load(library: Path) -> None:
 
 
 def package_runner():
-    """The library's package runner class (torch.classes.yggc.PackageRunnerV1), or None if no library this
-    process loaded registers it (libraries built before it)."""
-    try:
-        return getattr(getattr(torch.classes, NAMESPACE), RUNNER_CLASS)
-    except RuntimeError:  # torch.classes raises RuntimeError for a class nobody registered
-        return None
+    """The newest package runner class a library this process loaded registers (torch.classes.yggc.PackageRunnerV2,
+    else V1), or None (libraries built before it)."""
+    for name in RUNNER_CLASSES:
+        try:
+            return getattr(getattr(torch.classes, NAMESPACE), name)
+        except RuntimeError:  # torch.classes raises RuntimeError for a class nobody registered
+            continue
+    return None
 
 
 def load_beside(package: Path) -> None:
@@ -95,3 +104,26 @@ def tied_head(x: torch.Tensor, packed: torch.Tensor, vocab: int) -> torch.Tensor
     """x [W, K] bf16; packed [ceil(vocab / C), K / 2, C, 2] bf16, C = 16 or 64 -> logits [W, vocab] float32 (load()
     first)."""
     return getattr(getattr(torch.ops, NAMESPACE), HEAD_OP)(x, packed, vocab)
+
+
+def has_tree_ops() -> bool:
+    """Whether this process has the verify phase's tree ops (a library built before them has not)."""
+    return has_op(TREE_ACCEPT_OP)
+
+
+def verify_tree_inputs(tokens: torch.Tensor, parents: torch.Tensor, depth: torch.Tensor, cum_logp: torch.Tensor,
+                       anc: torch.Tensor, n: int, view: int, verify: int) -> list[torch.Tensor]:
+    """A tree ([N] each, anc [N, N]) pruned to its root and V best nodes -> sub_tokens, positions, slots [V+1],
+    mask [V+1, view], rows [3, V+1] (kept ids, parent rows, depths), sub_anc [V+1, V+1] (the op; load() first)."""
+    return getattr(getattr(torch.ops, NAMESPACE), TREE_INPUTS_OP)(tokens, parents, depth, cum_logp, anc, n, view,
+                                                                   verify)
+
+
+def verify_tree_accept(logits: torch.Tensor, sub_tokens: torch.Tensor, rows: torch.Tensor, sub_anc: torch.Tensor,
+                       n: int, depth: int, kv_pool: torch.Tensor | None, per_row: tuple[torch.Tensor, ...] = ()
+                       ) -> list[torch.Tensor]:
+    """Greedy acceptance of verify_tree_inputs' rows scored `logits` [V+1, vocab] -> emitted tokens, info [3], the
+    deepest accepted row's logits, the drafter's K/V moves [2, L-1], path rows [L], the verifier's K/V moves [2, L-1]
+    (made in kv_pool where one is given), then each per_row tensor's path rows (the op; load() first)."""
+    return getattr(getattr(torch.ops, NAMESPACE), TREE_ACCEPT_OP)(logits, sub_tokens, rows, sub_anc, n, depth, kv_pool,
+                                                                   list(per_row))

@@ -223,10 +223,14 @@ class SpeculativeDecoder(SampledDrafting):
         t = draft.tree
         wanted = self.verify_module.keep_path_logits = self.top_logprobs is not None
         run = self.verify_module if wanted else self.run_verify  # the eager module keeps the path's logits
-        inputs = (t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n),
-                  self.view_slots(n + self.shape.verify + 1))
-        with self.trace.span("verify phase", "models") if run is not self.verify_module else nullcontext():
-            emit, info, self.bonus_logits, *handoff = run(*inputs)
+        if run is self.verify_module and self.device.type == "cpu":  # its host code, handed n and the view as ints
+            emit, info, self.bonus_logits, *handoff = run.forward_cpu(
+                t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, n, self.layout.view(n + self.shape.verify + 1))
+        else:
+            inputs = (t.tokens, t.parents, t.depth, t.cum_logp, draft.anc, torch.tensor(n),
+                      self.view_slots(n + self.shape.verify + 1))
+            with self.trace.span("verify phase", "models") if run is not self.verify_module else nullcontext():
+                emit, info, self.bonus_logits, *handoff = run(*inputs)
         k, last_id, max_depth = info.tolist()
         self.new_logits = run.path_logits if wanted else None
         self.take_verify_outputs(handoff, slice(0, k + 1))  # the handoff's rows are the path's already

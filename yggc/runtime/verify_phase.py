@@ -3,13 +3,16 @@
 Everything after drafting runs in one compiled call: top-V pruning (cum_logp only falls along a
 path, so the top V form a rooted subtree), the tree-masked verifier forward, the greedy walk (an
 accepted node's token is its parent's argmax and its parent is accepted; D rounds settle it) and
-the move of the accepted path's K/V to the slots after the root.
+the move of the accepted path's K/V to the slots after the root. Eagerly on the CPU (O2, around the verifier's
+package) the same work runs in the kernel library's tree ops, in one call with the package where its runner has
+it (forward_ops), else in Python (forward_host).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ..artifacts import kernel_ops
 from ..tree import host, verify_host
 from ..tree.sampling import row_argmax
 from ..tree.token_tree import tree_mask
@@ -44,6 +47,8 @@ def greedy_accept(sub_tokens, sub_par, sub_depth, best, max_depth: int):
 
 
 class GreedyVerifyPhase(nn.Module):
+    hands_over_rows = False  # score() hands over per-row tensors (FeatureVerifyPhase: the verifier's features)
+
     def __init__(self, verifier: nn.Module, depth: int, verify: int):
         super().__init__()
         self.verifier, self.depth, self.verify = verifier, depth, verify
@@ -61,10 +66,11 @@ class GreedyVerifyPhase(nn.Module):
         info [3] = (accepted count k, last accepted tree id, deepest verified depth),
         the next root's logits [vocab] (the bonus token's row; the depth predictor reads them),
         drafter K/V moves [2, D] for its next draft call (moves past k land beyond the new end),
-        then score()'s per-row tensors at the path rows (root first). Eager on the CPU the tree work runs in
-        tree/verify_host.py (forward_host), with the same results."""
+        then score()'s per-row tensors at the path rows (root first). Eager on the CPU the tree work runs in the
+        kernel library's tree ops where the process has them, else in tree/verify_host.py (forward_cpu), with the
+        same results."""
         if host.eager_cpu(tokens):
-            return self.forward_host(tokens, parents, depth, cum_logp, anc, int(n), view_slots.shape[0])
+            return self.forward_cpu(tokens, parents, depth, cum_logp, anc, int(n), view_slots.shape[0])
         V, D = self.verify, self.depth
         kept, sub_par, sub_depth, sub_anc = prune_top(tokens, parents, depth, cum_logp, anc, V)
         rows = torch.arange(V + 1, device=tokens.device)
@@ -85,6 +91,39 @@ class GreedyVerifyPhase(nn.Module):
         if self.keep_path_logits:
             self.path_logits = logits[path]
         return emit, info, root, torch.stack([n + path_ids[1:], dst]), *(t[path] for t in per_row)
+
+    def forward_cpu(self, tokens, parents, depth, cum_logp, anc, n: int, view: int):
+        """forward() eagerly on the CPU, n and the view (view_slots' length) as ints: through the kernel library's
+        tree ops where the process has them, else in Python."""
+        if kernel_ops.has_tree_ops():
+            return self.forward_ops(tokens, parents, depth, cum_logp, anc, n, view)
+        return self.forward_host(tokens, parents, depth, cum_logp, anc, n, view)
+
+    def forward_ops(self, tokens, parents, depth, cum_logp, anc, n: int, view: int):
+        """forward() in one call where the verifier's package runner has it (a bundle's CompiledModel.verify_tree:
+        the tree ops and the verifier's package inside), else through the two tree ops around the verifier."""
+        fused = getattr(self.verifier, "verify_tree", None)
+        out = None if fused is None or self.keep_path_logits else fused(
+            (tokens, parents, depth, cum_logp, anc), n, view, self.verify, self.depth, self.hands_over_rows)
+        if out is None:
+            out = self.accept_around(tokens, parents, depth, cum_logp, anc, n, view)
+        emit, info, root_logits, drafter_moves, _path, _moves, *path_rows = out
+        return emit, info, root_logits, drafter_moves, *path_rows
+
+    def accept_around(self, tokens, parents, depth, cum_logp, anc, n: int, view: int) -> list[torch.Tensor]:
+        """The kernel library's tree ops (kernels/verify_tree.cpp) each side of score() -> verify_tree_accept's
+        outputs; the K/V moved in the verifier's pool where it has one, else by its move_kv."""
+        sub_tokens, positions, slots, mask, rows, sub_anc = kernel_ops.verify_tree_inputs(
+            tokens, parents, depth, cum_logp, anc, n, view, self.verify)
+        graph = getattr(self.verifier, "graph", self.verifier)  # a bundle's CompiledModel holds the graph
+        pool = graph.pooled() if hasattr(graph, "pooled") else None
+        logits, per_row = self.score(sub_tokens, positions, slots, mask)  # [V+1, vocab]
+        out = kernel_ops.verify_tree_accept(logits, sub_tokens, rows, sub_anc, n, self.depth, pool, per_row)
+        if pool is None:
+            self.verifier.move_kv(out[5][0], out[5][1])
+        if self.keep_path_logits:
+            self.path_logits = logits[out[4]]
+        return out
 
     def forward_host(self, tokens, parents, depth, cum_logp, anc, n: int, view: int):
         """forward() with its tree work in tree/verify_host.py's functions (n and the view as ints). Its

@@ -6,7 +6,9 @@ ops per iteration, and each pays torch's dispatch with cold caches, since the mo
 streamed the weights through them. Measured on SmolLM2 (AMD EPYC Zen 3, 2 threads), a D2 W4 V4 iteration's
 verify-side tree work took 1.45 ms right after a model call (0.72 ms warm); NumPy does the same in ~0.1 ms.
 egt_host.py holds the NumPy twin of EGT growth and verify_host.py the verify side's (plain Python over the few
-kept nodes, fewer calls still); tests check them bit for bit against the torch code.
+kept nodes, fewer calls still); where the process has loaded the kernel library, two C++ ops
+(artifacts/kernels/verify_tree.cpp) do the verify side's work instead. Tests check each bit for bit against the
+torch code.
 """
 from __future__ import annotations
 

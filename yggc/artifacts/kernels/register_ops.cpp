@@ -7,6 +7,7 @@
 #include <torch/library.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,12 @@ namespace yggc {
 at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor attend_rows_v1(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t vocab);
+std::vector<at::Tensor> verify_tree_inputs(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& depth,
+                                           const at::Tensor& cum_logp, const at::Tensor& anc, int64_t n, int64_t view,
+                                           int64_t verify);  // verify_tree.cpp
+std::vector<at::Tensor> verify_tree_accept(const at::Tensor& logits, const at::Tensor& sub_tokens, const at::Tensor& rows,
+                                           const at::Tensor& sub_anc, int64_t n, int64_t depth,
+                                           const std::optional<at::Tensor>& kv_pool, at::TensorList per_row);
 void register_package_runner(std::vector<std::unique_ptr<torch::Library>>& held);  // package_runner.cpp
 }  // namespace yggc
 
@@ -43,5 +50,9 @@ extern "C" void yggc_register_ops() {
                   &yggc::attend_rows_v1);
   register_cpu_op("tied_head_v2(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);  // 16 or 64 columns
   register_cpu_op("tied_head_v1(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);  // packages before v2
+  register_cpu_op("verify_tree_inputs_v1(Tensor tokens, Tensor parents, Tensor depth, Tensor cum_logp, Tensor anc, "
+                  "int n, int view, int verify) -> Tensor[]", &yggc::verify_tree_inputs);
+  register_cpu_op("verify_tree_accept_v1(Tensor logits, Tensor sub_tokens, Tensor rows, Tensor sub_anc, int n, int depth, "
+                  "Tensor(a!)? kv_pool, Tensor[] per_row) -> Tensor[]", &yggc::verify_tree_accept);
   yggc::register_package_runner(libraries());
 }

@@ -101,6 +101,8 @@ class Eagle3DraftPhase(nn.Module):
 class FeatureVerifyPhase(GreedyVerifyPhase):
     """Greedy verification that also hands over the verifier's features of the accepted path's rows."""
 
+    hands_over_rows = True
+
     def score(self, tokens, positions, slots, mask):
         logits, features = self.verifier.forward_features(tokens, positions, slots, mask)
         return logits, (features,)
