@@ -74,8 +74,10 @@ std::vector<at::Tensor> verify_tree_inputs(const at::Tensor& tokens, const at::T
                                            int64_t verify) {
   const auto tok = longs(tokens, "tokens"), par = longs(parents, "parents"), dep = longs(depth, "depth");
   const int64_t N = static_cast<int64_t>(tok.size());
-  TORCH_CHECK(par.size() == tok.size() && dep.size() == tok.size() && cum_logp.numel() == N, "tree tensors differ in length");
-  TORCH_CHECK(anc.dim() == 2 && anc.size(0) == N && anc.size(1) == N && anc.scalar_type() == at::kBool, "anc must be [N, N] bool");
+  TORCH_CHECK(par.size() == tok.size() && dep.size() == tok.size() && cum_logp.numel() == N,
+              "tree tensors differ in length");
+  TORCH_CHECK(anc.dim() == 2 && anc.size(0) == N && anc.size(1) == N && anc.scalar_type() == at::kBool,
+              "anc must be [N, N] bool");
   TORCH_CHECK(verify >= 0 && verify < N, "verify ", verify, " needs more than ", N, " tree nodes");
   const auto lp_t = cum_logp.to(at::kDouble).contiguous();
   const double* lp = lp_t.data_ptr<double>();
@@ -118,7 +120,8 @@ std::vector<at::Tensor> verify_tree_inputs(const at::Tensor& tokens, const at::T
 }
 
 // logits [R, vocab] of verify_tree_inputs' rows; sub_tokens [R]; rows [3, R]; sub_anc [R, R]; n: the root's slot;
-// depth: D; per_row: tensors [R, ...] of the rows (the verifier's features); kv_pool: the verifier's K/V [layers, 2, kv_heads, slots, head_dim], where it has one ->
+// depth: D; kv_pool: the verifier's K/V [layers, 2, kv_heads, slots, head_dim], where it has one; per_row: tensors
+// [R, ...] of the rows (the verifier's features) ->
 // emitted tokens [L] (the accepted path, the bonus at index k, then padding; L = min(D, R - 1) + 1),
 // info [3] = (k, the deepest accepted node's tree id, the deepest row's depth), the deepest accepted row's logits
 // [vocab] (a view), the drafter's K/V moves [2, L - 1], path rows [L] (the accepted rows root first, then the
@@ -130,7 +133,8 @@ std::vector<at::Tensor> verify_tree_accept(const at::Tensor& logits, const at::T
                                            const std::optional<at::Tensor>& kv_pool, at::TensorList per_row) {
   const auto tok = longs(sub_tokens, "sub_tokens");
   const int64_t R = static_cast<int64_t>(tok.size());
-  TORCH_CHECK(rows.dim() == 2 && rows.size(0) == 3 && rows.size(1) == R && rows.scalar_type() == at::kLong, "rows must be [3, R] int64");
+  TORCH_CHECK(rows.dim() == 2 && rows.size(0) == 3 && rows.size(1) == R && rows.scalar_type() == at::kLong,
+              "rows must be [3, R] int64");
   TORCH_CHECK(logits.dim() == 2 && logits.size(0) == R, "logits must be [R, vocab]");
   TORCH_CHECK(sub_anc.dim() == 2 && sub_anc.size(0) == R && sub_anc.size(1) == R && sub_anc.scalar_type() == at::kBool,
               "sub_anc must be [R, R] bool");
