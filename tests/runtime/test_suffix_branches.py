@@ -7,6 +7,7 @@ import pytest
 import torch
 from checkpoints import CONFIGS, write_checkpoint
 from decoder_kinds import VOCAB
+from fused_verify import PATHS, use_tree_path
 from test_speculative import N_SAMPLES, assert_greedy_equal, chi2_pvalue, decode, exact_two, first_two_after_root
 from test_suffix_drafter import repeating_prompt
 from yggc.graphs import load_model
@@ -52,9 +53,11 @@ def check_greedy(make_decoder, verifier, prompt, n=60, shapes=SHAPES) -> int:
     beyond_model = 0
     for shape, branches in shapes:
         dec = hybrid(make_decoder(TreeShape(*shape)), branches)
-        verified, score = [], dec.score_draft  # the nodes each verifier call checked (kept ids less the root)
-        dec.score_draft = lambda draft, n, score=score, verified=verified: (
+        verified, score, ops = [], dec.score_draft, dec.verify_greedy_ops  # nodes each verifier call checked
+        dec.score_draft = lambda draft, n, score=score, verified=verified: (  # the host rule: kept ids less the root
             out := score(draft, n), verified.append(len(out[0]) - 1))[0]
+        dec.verify_greedy_ops = lambda draft, n, ops=ops, verified=verified, dec=dec: (  # the tree ops: V handed in
+            verified.append(draft.n_verified(dec.shape.verify)), ops(draft, n))[1]
         assert_greedy_equal(decode(dec, prompt, n=n), ref, verifier, LAYOUT, prompt, f"{shape} {branches}")
         st = dec.stats
         assert st.n_generated == n and sum(st.accepted_lengths) == st.n_accept
@@ -64,17 +67,21 @@ def check_greedy(make_decoder, verifier, prompt, n=60, shapes=SHAPES) -> int:
     return beyond_model
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_standalone_drafter_with_branches_equals_autoregressive(pair_paths, name, dtype):
+def test_standalone_drafter_with_branches_equals_autoregressive(pair_paths, name, dtype, path, monkeypatch):
+    use_tree_path(monkeypatch, path)
     v, d = pair_paths[name]
     verifier, drafter = (load_model(p, LAYOUT.n_slots).to(dtype) for p in (v, d))
     prompt = repeating_prompt(verifier.cfg.vocab_size, seed=len(name))
     check_greedy(lambda shape: SpeculativeDecoder(verifier, drafter, LAYOUT, shape), verifier, prompt)
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_eagle3_head_with_branches_equals_autoregressive(decoders, ckpt_root, dtype):
+def test_eagle3_head_with_branches_equals_autoregressive(decoders, ckpt_root, dtype, path, monkeypatch):
+    use_tree_path(monkeypatch, path)
     root = ckpt_root / "kinds"  # written by the decoders fixture
     verifier, head = drafters.load_pair(root / "v", root / "head", dtype, LAYOUT.max_seq)
     prompt = repeating_prompt(VOCAB, seed=3)
@@ -83,9 +90,11 @@ def test_eagle3_head_with_branches_equals_autoregressive(decoders, ckpt_root, dt
     assert beyond_model > 0, "no path went through the suffix drafts"
 
 
-def test_paths_through_suffix_drafts_are_caught_up(pair_paths):
+@pytest.mark.parametrize("path", PATHS)
+def test_paths_through_suffix_drafts_are_caught_up(pair_paths, path, monkeypatch):
     """A looping verifier: whole suffix branches are accepted past a 1-deep model tree, and the drafter's cache,
     fed the tokens it never drafted, holds what a prefill of the text gives."""
+    use_tree_path(monkeypatch, path)
     v, d = pair_paths["qwen2_bias"]
     verifier, drafter = load_model(v, LAYOUT.n_slots), load_model(d, LAYOUT.n_slots)
     prompt = [5, 6, 7]

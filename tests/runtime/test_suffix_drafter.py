@@ -3,6 +3,7 @@ bf16, every config), and sampled output follows the verifier's distribution."""
 import pytest
 import torch
 from checkpoints import CONFIGS, write_checkpoint
+from fused_verify import PATHS, use_tree_path
 from test_speculative import N_SAMPLES, chi2_pvalue, decode, exact_two, first_two_after_root
 from yggc.graphs import load_model
 
@@ -32,9 +33,11 @@ def verifiers(ckpt_root):
     return out, layout
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_greedy_equals_autoregressive(verifiers, name, dtype):
+def test_greedy_equals_autoregressive(verifiers, name, dtype, path, monkeypatch):
+    use_tree_path(monkeypatch, path)
     paths, layout = verifiers
     verifier = load_model(paths[name], layout.n_slots).to(dtype)
     prompt = repeating_prompt(verifier.cfg.vocab_size, seed=len(name))
@@ -47,9 +50,11 @@ def test_greedy_equals_autoregressive(verifiers, name, dtype):
         assert st.n_generated == 1 + st.n_accept + st.n_iterations or st.stop_reason == "max tokens"
 
 
-def test_a_looping_verifier_is_drafted_whole_and_rates_are_recorded(verifiers):
+@pytest.mark.parametrize("path", PATHS)
+def test_a_looping_verifier_is_drafted_whole_and_rates_are_recorded(verifiers, path, monkeypatch):
     """Greedy random models fall into loops: once the loop is in the text, whole branches are accepted, and long
     matches prove more reliable than short ones."""
+    use_tree_path(monkeypatch, path)
     paths, layout = verifiers
     verifier = load_model(paths["qwen2_bias"], layout.n_slots)
     prompt = [5, 6, 7]

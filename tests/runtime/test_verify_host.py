@@ -8,6 +8,8 @@ from yggc.artifacts import kernel_ops
 from yggc.passes.kernels import kernel_library
 from yggc.runtime.verify_phase import GreedyVerifyPhase
 from yggc.tree import host, verify_host
+from yggc.tree.prune import prune_topk
+from yggc.tree.token_tree import TokenTree
 from yggc.tree.egt import egt_tree
 
 VOCAB = 12
@@ -141,3 +143,17 @@ def test_tree_ops_prune_ties_as_python(n, view):
     assert torch.equal(sub_anc, torch.from_numpy(want_anc)) and sub_tokens.tolist() == [10, 11, 12, 14, 16]
     assert positions.tolist() == [n + d for d in sub_depth] and slots.tolist() == list(range(n, n + 5))
     assert torch.equal(mask, torch.from_numpy(host.tree_mask(n, want_anc, view)))
+
+
+def test_tree_ops_keep_a_parent_its_child_outprices():
+    """A suffix branch's node may be priced above the model node it hangs from: pruning ranks by the least cum_logp
+    along the path (prune.rank_nodes), so a kept node's parent is kept (prune_topk's ids)."""
+    kernel_library.build()
+    parents = torch.tensor([-1, 0, 0, 1, 3, 2])
+    depth = torch.tensor([0, 1, 1, 2, 3, 2])
+    cum_logp = torch.tensor([0.0, -2.0, -0.5, -0.1, -0.2, -3.0])  # 3 and 4 (a suffix branch under 1) outprice 1
+    tree = TokenTree(torch.arange(6), parents, depth, cum_logp, 6)
+    anc = tree.ancestor_mask()
+    for V in range(1, 6):
+        *_, rows, _ = kernel_ops.verify_tree_inputs(tree.tokens, parents, depth, cum_logp, anc, 4, 16, V)
+        assert rows[0].tolist() == prune_topk(tree, V).tolist(), V

@@ -3,6 +3,7 @@ import random
 import pytest
 import torch
 
+from yggc.tree import host
 from yggc.tree.token_tree import TokenTree
 
 
@@ -65,6 +66,13 @@ def test_ancestor_mask_matches_brute_force_on_random_trees(n):
     m = _tree(parents).ancestor_mask()
     for i in range(n):
         assert set(torch.nonzero(m[i]).flatten().tolist()) == _ancestors_brute(parents, i)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 33, 70])
+def test_host_ancestor_rows_equal_the_mask_when_parents_come_first(n):
+    rng = random.Random(n)
+    parents = [-1] + [rng.randrange(i) for i in range(1, n)]  # each node's parent has a smaller id
+    assert torch.equal(torch.from_numpy(host.ancestor_rows(parents)), _tree(parents).ancestor_mask())
 
 
 def test_root_only_tree():

@@ -29,3 +29,14 @@ def tree_mask(n: int, anc: np.ndarray, view: int) -> np.ndarray:
     width = max(0, min(anc.shape[1], view - n))
     mask[:, n:n + width] = anc[:, :width]
     return mask
+
+
+def ancestor_rows(parents: list[int]) -> np.ndarray:
+    """TokenTree.ancestor_mask for parents that precede their children (-1: the root): row i is its parent's row
+    and i itself. [N] -> [N, N] bool, one row copy per node instead of log2(N) squarings of an [N, N] matrix."""
+    anc = np.zeros((len(parents), len(parents)), dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            anc[i] = anc[p]
+        anc[i, i] = True
+    return anc

@@ -68,7 +68,8 @@ namespace yggc {
 // tokens, parents, depth [N] int64, cum_logp [N] float, anc [N, N] bool; n: the root's slot; view: the cache
 // slots a row may see; verify: V -> sub_tokens, positions, slots [V+1] int64, mask [V+1, view] bool,
 // rows [3, V+1] int64 (kept tree ids, parent rows with -1 at the root, depths), sub_anc [V+1, V+1] bool.
-// Kept: the root and the V best nodes by cum_logp (ties: shallower, then lower id), parents before children.
+// Kept: the root and the V best nodes by the least cum_logp along their path (ties: shallower, then lower id),
+// parents before children.
 std::vector<at::Tensor> verify_tree_inputs(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& depth,
                                            const at::Tensor& cum_logp, const at::Tensor& anc, int64_t n, int64_t view,
                                            int64_t verify) {
@@ -81,7 +82,17 @@ std::vector<at::Tensor> verify_tree_inputs(const at::Tensor& tokens, const at::T
   TORCH_CHECK(verify >= 0 && verify < N, "verify ", verify, " needs more than ", N, " tree nodes");
   const auto lp_t = cum_logp.to(at::kDouble).contiguous();
   const double* lp = lp_t.data_ptr<double>();
-  auto score = [&](int64_t i) { return std::isnan(lp[i]) ? -INFINITY : lp[i]; };
+  // a node's key: the least cum_logp along its path (prune.rank_nodes), so no node outranks its parent (a suffix
+  // branch's price may exceed the model node above it); the node's own cum_logp where it only falls along paths
+  std::vector<int64_t> by_depth(N);
+  std::iota(by_depth.begin(), by_depth.end(), 0);
+  std::stable_sort(by_depth.begin(), by_depth.end(), [&](int64_t a, int64_t b) { return dep[a] < dep[b]; });
+  std::vector<double> key(N);
+  for (int64_t i : by_depth) {
+    const double own = std::isnan(lp[i]) ? -INFINITY : lp[i];
+    key[i] = par[i] >= 0 && par[i] < N && i > 0 ? std::min(own, key[par[i]]) : own;
+  }
+  auto score = [&](int64_t i) { return key[i]; };
   std::vector<int64_t> ranked(N - 1);
   std::iota(ranked.begin(), ranked.end(), 1);
   std::stable_sort(ranked.begin(), ranked.end(), [&](int64_t a, int64_t b) {

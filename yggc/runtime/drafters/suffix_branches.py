@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 
 from ...plan.shape import TreeShape
+from ...tree import host
 from ...tree.prune import best_verify_count
 from ...tree.sampling import SamplingParams
 from ...tree.token_tree import TokenTree
@@ -104,7 +105,8 @@ class SuffixBranches(PointMassGreedy):
             verify = min(self.shape.verify, n_head - 1) + len(tokens) - n_head
         else:
             verify = best_verify_count(ranked_values(parents, depth, cum), self.iteration_ms)
-        return Draft(tree, None, draft.n_fed, tree.ancestor_mask(), verify=verify)
+        anc = torch.from_numpy(host.ancestor_rows(parents)).to(t.tokens.device)  # model nodes, then suffix nodes
+        return Draft(tree, None, draft.n_fed, anc, verify=verify)
 
     def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
         self.suffix.rates.record_outcome(self.proposals, new)

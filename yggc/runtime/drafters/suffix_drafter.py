@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ...artifacts import kernel_ops
 from ...artifacts.cache_layout import CacheLayout, prefill
 from ...plan.shape import TreeShape
 from ...tree.sampling import SamplingParams
@@ -20,6 +21,7 @@ from .. import prompt_cache
 from ..autoregressive import PREFILL_CHUNK
 from ..draft import Draft
 from ..speculative import SpeculativeDecoder
+from ..verify_phase import GreedyVerifyPhase
 
 GREEDY = SamplingParams()
 SUFFIX_SHAPE = TreeShape(6, 2, 8)  # tokens per branch, branches, nodes verified at most (yggc run --suffix)
@@ -44,10 +46,33 @@ class SuffixDrafter:
 
 class PointMassGreedy:
     """Mixin for decoders whose drafts are point masses (suffix proposals, alone or beside a model's tree): greedy
-    verification is the multi-draft rule at T = 0, which accepts the greedy path through every branch."""
+    verification is the multi-draft rule at T = 0, which accepts the greedy path through every branch. Siblings
+    hold distinct tokens, so that path is the one the greedy verify phase finds: on the CPU its C++ path runs it
+    (one call with the verifier's package where the runner has it), else the host rule."""
 
     def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
-        return self.verify_sampled(draft, n, GREEDY, None)
+        if self.device.type != "cpu" or self.top_logprobs is not None or not kernel_ops.has_tree_ops():
+            return self.verify_sampled(draft, n, GREEDY, None)
+        return self.verify_greedy_ops(draft, n)
+
+    def verify_greedy_ops(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
+        """The verify phase's tree ops on the draft's own verify count V, its paths checked to depth V; the
+        drafter's K/V moves cut to the nodes it ran on (deeper ones are suffix drafts)."""
+        V, t, N = draft.n_verified(self.shape.verify), draft.tree, draft.tree.n_nodes
+        phases = self.__dict__.setdefault("point_phases", {})  # V -> a verify phase of the decoder's kind
+        if V not in phases:
+            kind = GreedyVerifyPhase if self.verify_module is None else type(self.verify_module)  # suffix alone: none
+            phases[V] = kind(self.verifier, V, V)
+        tree = (t.tokens, t.parents, t.depth, t.cum_logp, draft.anc)
+        if t.capacity != N:  # padded (suffix drafting alone): the nodes in use
+            tree = (*(x[:N] for x in tree[:4]), draft.anc[:N, :N])
+        emit, info, self.bonus_logits, moves, *rows = phases[V].forward_ops(*tree, n, self.layout.view(n + V + 1))
+        k, last_id, max_depth = info.tolist()
+        fed = min(k, self.shape.depth)
+        drafter_moves = self.no_moves.clone()
+        drafter_moves[:, :fed] = moves[:, :fed]
+        self.take_verify_outputs([drafter_moves, *rows], slice(0, k + 1))
+        return emit[: k + 1].tolist(), last_id, max_depth
 
 
 class SuffixDecoder(PointMassGreedy, SpeculativeDecoder):
