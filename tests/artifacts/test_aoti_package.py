@@ -43,7 +43,7 @@ def packages(tmp_path_factory) -> dict:
 def loader_kind(request, monkeypatch):
     """Each test twice: through the kernel library's runner class, and through torch's own binding."""
     if request.param == "runner":
-        kernel_library.build()  # registers torch.classes.yggc.PackageRunnerV1 in this process
+        kernel_library.build()  # registers torch.classes.yggc.PackageRunnerV2 (and V1) in this process
         assert kernel_ops.package_runner() is not None
     else:
         monkeypatch.setattr(kernel_ops, "package_runner", lambda: None)
