@@ -149,7 +149,7 @@ class CompiledModel:
         K/V moved -> kernel_ops.verify_tree_accept's outputs, else None (no such package, or a runner without
         the call)."""
         run = self.runner(verify + 1)
-        if getattr(getattr(run, "runner", None), "verify_tree", None) is None or (per_row and not self.features):
+        if not getattr(run, "verifies_trees", False) or (per_row and not self.features):  # O1, CUDA graphs: no one call
             return None
         with self.trace.span("verify phase", "models", verify + 1):
             out = run.verify_tree(tree, n, view, verify, depth, per_row)

@@ -17,6 +17,11 @@ class CacheInputBucket:
     def __call__(self, *inputs):
         return self.runner(*inputs, *self.caches)
 
+    @property
+    def verifies_trees(self) -> bool:
+        """Whether the runner runs the greedy verify phase around this package in one call (verify_tree)."""
+        return getattr(self.runner, "verify_tree", None) is not None
+
     def verify_tree(self, tree: tuple[torch.Tensor, ...], n: int, view: int, verify: int, depth: int,
                     per_row: bool) -> list[torch.Tensor]:
         """The greedy verify phase around this package in one call (runtime/verify_phase.py's forward_ops; the

@@ -112,15 +112,12 @@ class GreedyVerifyPhase(nn.Module):
 
     def accept_around(self, tokens, parents, depth, cum_logp, anc, n: int, view: int) -> list[torch.Tensor]:
         """The kernel library's tree ops (kernels/verify_tree.cpp) each side of score() -> verify_tree_accept's
-        outputs; the K/V moved in the verifier's pool where it has one, else by its move_kv."""
+        outputs; the K/V moved by the verifier's move_kv."""
         sub_tokens, positions, slots, mask, rows, sub_anc = kernel_ops.verify_tree_inputs(
             tokens, parents, depth, cum_logp, anc, n, view, self.verify)
-        graph = getattr(self.verifier, "graph", self.verifier)  # a bundle's CompiledModel holds the graph
-        pool = graph.pooled() if hasattr(graph, "pooled") else None
         logits, per_row = self.score(sub_tokens, positions, slots, mask)  # [V+1, vocab]
-        out = kernel_ops.verify_tree_accept(logits, sub_tokens, rows, sub_anc, n, self.depth, pool, per_row)
-        if pool is None:
-            self.verifier.move_kv(out[5][0], out[5][1])
+        out = kernel_ops.verify_tree_accept(logits, sub_tokens, rows, sub_anc, n, self.depth, None, per_row)
+        self.verifier.move_kv(out[5][0], out[5][1])
         if self.keep_path_logits:
             self.path_logits = logits[out[4]]
         return out
