@@ -29,8 +29,11 @@ def compile_command(sources: tuple[Path, ...], out: Path) -> list[str]:
     macro = CAPABILITY_MACROS.get(torch.backends.cpu.get_cpu_capability())
     includes = [f"-I{p}" for p in cpp_extension.include_paths()]
     libs = [f"-L{p}" for p in cpp_extension.library_paths()]
-    # -ffp-contract=off: the compiler may not fuse a multiply and an add the source keeps apart
-    return ["g++", "-O3", "-march=native", "-ffp-contract=off", "-fPIC", "-shared", "-std=c++20", "-fopenmp",
+    # -ffp-contract=off: the compiler may not fuse a multiply and an add the source keeps apart. -fvisibility=hidden:
+    # the library exports its entry point only, so its kernels bind to its own functions, never to an older
+    # library's of the same C++ name loaded into the process first (RTLD_GLOBAL)
+    return ["g++", "-O3", "-march=native", "-ffp-contract=off", "-fvisibility=hidden", "-fPIC", "-shared",
+            "-std=c++20", "-fopenmp",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *([macro] if macro else []),
             *includes, *map(str, sources), "-o", str(out), *libs, "-lc10", "-ltorch", "-ltorch_cpu"]
 

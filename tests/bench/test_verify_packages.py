@@ -1,5 +1,6 @@
 """tools/bench_verify_packages.py: packages lowered apart time side by side, one row per package and a column per
-width, and packages whose logits differ are refused before any timing."""
+width; packages whose logits differ are refused before any timing, or with --other-ops timed with their argmax
+agreement reported."""
 from __future__ import annotations
 
 import bench_verify_packages as tool
@@ -33,3 +34,10 @@ def test_packages_of_one_model_time_side_by_side_and_other_weights_are_refused(c
     with pytest.raises(SystemExit, match="the packages' logits differ at 1 rows"):
         tool.main(["time", "-m", str(model), str(packages[0]), str(packages[2]), "--widths", "1", "--context", "16",
                    *SMALL])
+
+    capsys.readouterr()
+    tool.main(["time", "-m", str(model), str(packages[0]), str(packages[2]), "--widths", "1", "--context", "16",
+               "--repeats", "3", "--other-ops", *SMALL])  # where an op's version changed the bits
+    first = capsys.readouterr().out.splitlines()[0]
+    agreement = float(first.split("argmax agreement with the first >= ")[1].split(";")[0])
+    assert 0 <= agreement < 1  # other weights: some row's argmax differs

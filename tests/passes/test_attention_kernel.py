@@ -17,7 +17,7 @@ def library():
     return kernel_library.build()
 
 
-OPS = [kernel_ops.ATTEND_OP, "attend_rows_v1"]
+OPS = [kernel_ops.ATTEND_OP, "attend_rows_v2", "attend_rows_v1"]
 
 
 def attend(op: str):

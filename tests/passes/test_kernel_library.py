@@ -35,14 +35,37 @@ x = torch.ones(2, 4, dtype=torch.bfloat16)
 print(kernel_ops.registered(), torch.ops.yggc.tied_head_v1(x, torch.zeros(1, 2, 16, 2, dtype=torch.bfloat16), 3).shape[1])
 """
 
+# an older library that registers on request and exports its kernel under the C++ name this version's has too
+SAME_NAMES = """
+#include <torch/library.h>
+namespace yggc {
+at::Tensor attend_rows(const at::Tensor& q, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return q; }
+}
+extern "C" void yggc_register_ops() {}
+"""
+
+OLD_THEN_NEW = """
+import ctypes, sys, torch
+from yggc.artifacts import kernel_ops
+ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+kernel_ops.load(sys.argv[2])
+q = torch.ones(2, 1, 32, dtype=torch.bfloat16)
+values = torch.full((1, 3, 32), 2.0, dtype=torch.bfloat16)
+print(getattr(torch.ops.yggc, kernel_ops.ATTEND_OP)(q, values, values, torch.ones(1, 3, dtype=torch.bool))[0, 0, 0])
+"""
+
+
+def built(tmp_path_factory, source: str):
+    path = tmp_path_factory.mktemp("old") / "old.cpp"
+    path.write_text(source)
+    out = path.with_name("yggc_kernels.so")
+    subprocess.run(kernel_library.compile_command((path,), out), check=True, capture_output=True)
+    return out
+
 
 @pytest.fixture(scope="module")
 def old_library(tmp_path_factory):
-    source = tmp_path_factory.mktemp("old") / "old.cpp"
-    source.write_text(OLD_LIBRARY)
-    out = source.with_name("yggc_kernels.so")
-    subprocess.run(kernel_library.compile_command((source,), out), check=True, capture_output=True)
-    return out
+    return built(tmp_path_factory, OLD_LIBRARY)
 
 
 @pytest.mark.parametrize("order, v1_columns", [("old first", 4), ("new first", 3)])
@@ -53,6 +76,16 @@ def test_a_new_library_loads_beside_an_older_one_in_either_order(old_library, or
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", str(v1_columns)]
+
+
+def test_the_new_kernels_run_beside_an_older_library_of_the_same_function_names(tmp_path_factory):
+    """An older library loaded first (RTLD_GLOBAL) exports yggc::attend_rows, a stand-in returning q (ones): the
+    op this version registers must still run its own kernel, attention over values of 2."""
+    older = built(tmp_path_factory, SAME_NAMES)
+    done = subprocess.run([sys.executable, "-c", OLD_THEN_NEW, str(older), str(kernel_library.build())],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "tensor(2., dtype=torch.bfloat16)"
 
 
 def test_an_older_library_into_a_process_with_the_ops_is_one_clear_error(tmp_path, monkeypatch):

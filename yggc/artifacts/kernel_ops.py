@@ -1,8 +1,8 @@
 """yggc's CPU kernel library (kernels/*.cpp) and the torch ops it registers:
 
-- `yggc::attend_rows_v2`: batch-invariant masked GQA attention (kernels/attend_rows.cpp, with
-  kernels/pair_scores.cpp's scores on AVX512-BF16); the library also registers `attend_rows_v1`, which packages
-  compiled before v2 call;
+- `yggc::attend_rows_v3`: batch-invariant masked GQA attention (kernels/attend_rows.cpp, with
+  kernels/pair_scores.cpp's scores and bf16 weighted values in slot pairs on AVX512-BF16); the library also
+  registers `attend_rows_v2` and `attend_rows_v1`, which packages compiled before v3 and v2 call;
 - `yggc::tied_head_v2`: a tied LM head read from the blocked bf16 table the embedding is gathered from too
   (kernels/tied_head.cpp; passes/tied_head.py lays the table out, in blocks of 16 or 64 columns). The library
   also registers `tied_head_v1` (blocks of 16 only), which packages compiled before v2 call;
@@ -33,9 +33,9 @@ import torch
 
 from ..errors import YggcError
 
-NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v2", "tied_head_v2"
+NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v3", "tied_head_v2"
 TREE_INPUTS_OP, TREE_ACCEPT_OP = "verify_tree_inputs_v1", "verify_tree_accept_v1"
-KNOWN_OPS = ("attend_rows_v1", ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
+KNOWN_OPS = ("attend_rows_v1", "attend_rows_v2", ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
 REGISTER = "yggc_register_ops"  # the library's entry point
 RUNNER_CLASSES = ("PackageRunnerV2", "PackageRunnerV1")  # torch's package loader, called without the GIL
 # (kernels/package_runner.cpp), newest first: V2 also runs the greedy verify phase in one call (verify_tree)

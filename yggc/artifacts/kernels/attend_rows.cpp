@@ -1,16 +1,18 @@
-// Masked GQA attention for the compiled CPU graphs: the op yggc::attend_rows_v2.
+// Masked GQA attention for the compiled CPU graphs: the op yggc::attend_rows_v3.
 //
 // A task is one query row and up to kHeads query heads that share a key/value head (they share the row's
-// mask and every key and value load). Every sum over cache slots runs slot by slot, in slot order, over the
-// row's visible slots only; every per-slot operation is the same instruction sequence whichever slot or
-// lane it lands on. So a row's result is bit-identical whatever the number of rows in the call and
-// wherever its visible keys sit in the cache: the tree-verify and the autoregressive layouts of the same
-// keys give the same bits.
+// mask and every key and value load); a row's tasks run one after another on one thread, which lists the row's
+// visible slots once. Every sum over cache slots runs in slot order over the row's visible slots only; every
+// per-slot operation is the same instruction sequence whichever slot or lane it lands on. So a row's result is
+// bit-identical whatever the number of rows in the call and wherever its visible keys sit in the cache: the
+// tree-verify and the autoregressive layouts of the same keys give the same bits.
 //
 // bf16 on a CPU with AVX512-BF16 (head_dim a multiple of 32): the scores of every row come first, from
-// pair_scores.cpp (slots in the lanes, keys loaded once for all rows), and a task reads its visible slots' scores;
-// from kWidenRows rows the values are widened to float once for all rows (v2; v1, which packages compiled before v2
-// call, scores each slot with a lane reduction per task).
+// pair_scores.cpp (slots in the lanes, keys loaded once for all rows), and a task reads its visible slots' scores.
+// v3 then rounds the softmax numerators to bf16 and weights the values with VDPBF16PS, two slots per instruction
+// (pair_values; torch's CPU flash attention rounds them to bf16 too). v2, which packages compiled before v3 call,
+// weights them in float, from kWidenRows rows with the values widened once for all rows; v1, which packages
+// compiled before v2 call, scores each slot with a lane reduction per task.
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -38,7 +40,7 @@ constexpr int64_t kBlock = 4;  // vectors of head_dim held in registers at once
 constexpr int64_t kHeads = 4;  // query heads per task
 // From this many rows the pair-score path widens the values to float once for all rows, not per row. Below it the
 // float copy costs more than it saves (Zen 4, 2 threads: 8-16 rows 4-11% faster; 32-64 rows alike).
-constexpr int64_t kWidenRows = 32;
+constexpr int64_t kWidenRows = 32;  // v2 only: v3 reads bf16 values in pairs
 
 template <typename T>
 inline Vec load_float(const T* p) {
@@ -64,6 +66,7 @@ struct Task {
   const float* scores;   // the first head's scores at every slot (heads head_scores apart), or null: score here
   int64_t head_scores;
   const float* values_f; // the key/value head's values widened to float [S, hd], or null: widen them here
+  int32_t* pp;           // v3, bf16 with scores: room for the numerators as bf16 pairs [kHeads, stride / 2]; else null
 };
 
 // scores[h * stride + i] = q_h . keys[slots[i]] / sqrt(hd): per block of head_dim, independent lane products
@@ -144,15 +147,87 @@ void weighted_values(const Task& t, const float* p, int64_t stride, const TV* va
     }
 }
 
+#if defined(__AVX512BF16__)
+// v3's weighted values for bf16 where pair_scores.cpp scored the row: the numerators p (float, zero past n up to
+// whole blocks of 32) rounded to bf16, and summed as rounded in 16 lanes; then VDPBF16PS over the visible slots in
+// pairs, (slots[2i], slots[2i + 1]) from the start (an odd last one paired with itself at p = 0), two value rows
+// interleaved per pair. Every pair is the same instruction sequence wherever its slots sit, so the bits depend only
+// on the row's visible keys and values, in order.
+template <int NG, int NX>  // NX: 32-column halves of head_dim per pass over the slots
+void pair_values_as(const Task& t, const float* p, int64_t stride, int32_t* pp, const at::BFloat16* values,
+                    at::BFloat16* out, int64_t out_stride) {
+  const int64_t n_pairs = (t.n + 1) / 2, pstride = stride / 2;
+  float total[kHeads];
+  for (int64_t h = 0; h < NG; ++h) {
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n_pairs; i += 16) {  // 32 numerators -> 16 pairs, in order
+      const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + h * stride + 2 * i + 16),
+                                             _mm512_loadu_ps(p + h * stride + 2 * i));
+      _mm512_storeu_si512(pp + h * pstride + i, (__m512i)b);
+      const __m512i lo = _mm512_slli_epi32((__m512i)b, 16), hi = _mm512_and_si512((__m512i)b, _mm512_set1_epi32(-65536));
+      sum = _mm512_add_ps(_mm512_add_ps(sum, _mm512_castsi512_ps(lo)), _mm512_castsi512_ps(hi));
+    }
+    total[h] = _mm512_reduce_add_ps(sum);
+  }
+  const __m512i lo_dims = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi_dims = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int64_t d0 = 0; d0 < t.hd; d0 += 32 * NX) {
+    __m512 acc[NG][2 * NX];
+    for (auto& head : acc)
+      for (auto& a : head) a = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n_pairs; ++i) {
+      const int64_t a = t.slots[2 * i], b = 2 * i + 1 < t.n ? t.slots[2 * i + 1] : a;
+      __m512i x[2 * NX];  // pair j of x[2c] / x[2c + 1]: column 8 * (j / 4) + j % 4 (+ 4) of half c, from slots a, b
+      for (int64_t c = 0; c < NX; ++c) {
+        const __m512i ra = _mm512_loadu_si512(values + a * t.slot_stride + d0 + 32 * c);
+        const __m512i rb = _mm512_loadu_si512(values + b * t.slot_stride + d0 + 32 * c);
+        x[2 * c] = _mm512_unpacklo_epi16(ra, rb);
+        x[2 * c + 1] = _mm512_unpackhi_epi16(ra, rb);
+      }
+      for (int64_t h = 0; h < NG; ++h) {
+        const __m512bh ph = (__m512bh)_mm512_set1_epi32(pp[h * pstride + i]);
+        for (int64_t j = 0; j < 2 * NX; ++j) acc[h][j] = _mm512_dpbf16_ps(acc[h][j], ph, (__m512bh)x[j]);
+      }
+    }
+    for (int64_t h = 0; h < NG; ++h)
+      for (int64_t c = 0; c < NX; ++c) {
+        __at_align__ float cols[32];
+        const __m512 scale = _mm512_set1_ps(total[h]);
+        _mm512_store_ps(cols, _mm512_div_ps(_mm512_permutex2var_ps(acc[h][2 * c], lo_dims, acc[h][2 * c + 1]), scale));
+        _mm512_store_ps(cols + 16, _mm512_div_ps(_mm512_permutex2var_ps(acc[h][2 * c], hi_dims, acc[h][2 * c + 1]), scale));
+        for (int64_t d = 0; d < 32; ++d) out[h * out_stride + d0 + 32 * c + d] = static_cast<at::BFloat16>(cols[d]);
+      }
+  }
+}
+
+template <int NG>
+void pair_values(const Task& t, float* p, int64_t stride, int32_t* pp, const at::BFloat16* values, at::BFloat16* out,
+                 int64_t out_stride) {
+  const int64_t n16 = (t.n + 15) / 16 * 16, n32 = (t.n + 31) / 32 * 32;
+  for (int64_t h = 0; h < NG; ++h) std::fill(p + h * stride + n16, p + h * stride + n32, 0.f);
+  if (t.hd % 64 == 0) return pair_values_as<NG, 2>(t, p, stride, pp, values, out, out_stride);
+  pair_values_as<NG, 1>(t, p, stride, pp, values, out, out_stride);
+}
+#endif
+
 template <typename T, int NG, bool FULL>
 void attend_task_as(const Task& t, const T* keys, const T* values, float* p, int64_t stride, T* out, int64_t out_stride) {
   if (t.scores != nullptr) {
-    for (int64_t h = 0; h < NG; ++h)
-      for (int64_t i = 0; i < t.n; ++i) p[h * stride + i] = t.scores[h * t.head_scores + t.slots[i]];
+    int64_t run = 0;  // the slots 0..run-1 all visible (a cached prefix) copy at once
+    while (run < t.n && t.slots[run] == run) ++run;
+    for (int64_t h = 0; h < NG; ++h) {
+      const float* from = t.scores + h * t.head_scores;
+      std::copy(from, from + run, p + h * stride);
+      for (int64_t i = run; i < t.n; ++i) p[h * stride + i] = from[t.slots[i]];
+    }
   } else {
     scores_of<T, NG, FULL>(t, keys, p, stride);
   }
   softmax_numerators(p, NG, t.n, stride);
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same_v<T, at::BFloat16>)
+    if (t.pp != nullptr) return pair_values<NG>(t, p, stride, t.pp, values, out, out_stride);
+#endif
   if (t.values_f != nullptr) {
     weighted_values<float, T, NG, FULL>(t, p, stride, t.values_f, t.hd, out, out_stride);
   } else {
@@ -177,7 +252,7 @@ inline int64_t score_row(int64_t S) { return (S + 15) / 16 * 16; }
 // bf16 on AVX512-BF16, head_dim a multiple of 32: every row-head's scores at every slot (pair_scores.cpp), and from
 // kWidenRows rows the values widened once; elsewhere both stay undefined and each task scores and widens for itself.
 void score_all_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, at::Tensor& scores,
-                    at::Tensor& values_f) {
+                    at::Tensor& values_f, bool widen) {
 #if defined(__AVX512BF16__)
   const int64_t H = q.size(0), W = q.size(1), hd = q.size(2), KV = keys.size(0), S = keys.size(1);
   if (q.scalar_type() != at::kBFloat16 || hd % 32 != 0) return;
@@ -185,7 +260,7 @@ void score_all_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tenso
   std::vector<int32_t> pairs(H * W * hd / 2);
   yggc::query_pairs(q.const_data_ptr<at::BFloat16>(), H, W, hd, q.stride(0), q.stride(1), q.stride(2), pairs.data());
   scores = at::empty({H * W, sp}, q.options().dtype(at::kFloat));
-  if (W >= kWidenRows) values_f = at::empty({KV, S, hd}, q.options().dtype(at::kFloat));
+  if (widen) values_f = at::empty({KV, S, hd}, q.options().dtype(at::kFloat));
   yggc::pair_scores(keys.const_data_ptr<at::BFloat16>(), keys.stride(0), values.const_data_ptr<at::BFloat16>(),
                     values.stride(0), keys.stride(1), KV, S, hd, pairs.data(), H / KV * W,
                     scores.mutable_data_ptr<float>(), sp,
@@ -195,30 +270,35 @@ void score_all_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tenso
 
 template <typename T>
 void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
-                at::Tensor& out, bool score_pairs) {
+                at::Tensor& out, int version) {
   const int64_t H = q.size(0), W = q.size(1), hd = q.size(2), KV = keys.size(0), S = keys.size(1);
-  const int64_t G = H / KV, groups = (G + kHeads - 1) / kHeads;
+  const int64_t G = H / KV, groups = (G + kHeads - 1) / kHeads, per_row = KV * groups;
   const T* qp = q.const_data_ptr<T>();
   const T* kp = keys.const_data_ptr<T>();
   const T* vp = values.const_data_ptr<T>();
   const bool* mp = mask.const_data_ptr<bool>();
   const int64_t qh = q.stride(0), qw = q.stride(1), qd = q.stride(2), mw = mask.stride(0), ms = mask.stride(1);
   T* op = out.mutable_data_ptr<T>();
-  const int64_t stride = S + kLanes;  // a head's row of scores, padded to whole vectors
+  const int64_t stride = (S / 32 + 1) * 32;  // a head's row of scores, padded to whole vectors (v3: blocks of 32)
   const int64_t sp = score_row(S);
   at::Tensor scores, values_f;  // [H * W, sp], [KV, S, hd] float
-  if (score_pairs) score_all_rows(q, keys, values, scores, values_f);
+  if (version >= 2) score_all_rows(q, keys, values, scores, values_f, version == 2 && W >= kWidenRows);
   const float* sc = scores.defined() ? scores.const_data_ptr<float>() : nullptr;
   const float* vf = values_f.defined() ? values_f.const_data_ptr<float>() : nullptr;
-  at::parallel_for(0, KV * groups * W, 1, [&](int64_t begin, int64_t end) {
+  const bool pairs = version >= 3 && sc != nullptr;
+  at::parallel_for(0, W * per_row, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(kHeads * hd), p(kHeads * stride);
-    std::vector<int32_t> slots(S);
+    std::vector<int32_t> slots(S), pp(pairs ? kHeads * stride / 2 : 0);
+    int64_t n = 0, row = -1;  // the visible slots of `row`, shared by its tasks
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t w = task % W, group = task / W % groups, kv = task / W / groups;
+      const int64_t w = task / per_row, group = task % per_row % groups, kv = task % per_row / groups;
       const int64_t h0 = kv * G + group * kHeads, ng = std::min(kHeads, G - group * kHeads);
-      int64_t n = 0;
-      for (int64_t s = 0; s < S; ++s)
-        if (mp[w * mw + s * ms]) slots[n++] = static_cast<int32_t>(s);
+      if (w != row) {
+        n = 0;
+        for (int64_t s = 0; s < S; ++s)
+          if (mp[w * mw + s * ms]) slots[n++] = static_cast<int32_t>(s);
+        row = w;
+      }
       T* o = op + (h0 * W + w) * hd;  // out [H, W, hd]: head h at o + (h - h0) * W * hd
       if (n == 0) {  // a row that sees nothing (padding) reads as zeros
         for (int64_t h = 0; h < ng; ++h) std::fill(o + h * W * hd, o + h * W * hd + hd, static_cast<T>(0.f));
@@ -228,7 +308,7 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
         for (int64_t h = 0; h < ng; ++h)
           for (int64_t d = 0; d < hd; ++d) qf[h * hd + d] = static_cast<float>(qp[(h0 + h) * qh + w * qw + d * qd]);
       const Task t{qf.data(), ng, hd, slots.data(), n, keys.stride(1), sc ? sc + (h0 * W + w) * sp : nullptr, W * sp,
-                   vf ? vf + kv * S * hd : nullptr};
+                   vf ? vf + kv * S * hd : nullptr, pairs ? pp.data() : nullptr};
       attend_task<T>(t, kp + kv * keys.stride(0), vp + kv * values.stride(0), p.data(), stride, o, W * hd);
     }
   });
@@ -240,9 +320,10 @@ namespace yggc {
 
 namespace {
 
-// score_pairs: v2 (pair_scores.cpp's scores where the CPU and layout allow), else v1's arithmetic
+// version 1: every task scores its own slots with lane reductions; 2: pair_scores.cpp's scores where the CPU and
+// layout allow, float weighted values; 3: as 2, with bf16 weighted values in slot pairs there (pair_values)
 at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
-                  bool score_pairs) {
+                  int version) {
   // q [H, W, hd]; keys, values [KV, S, hd] (slots may be strided views of a longer cache); mask [W, S] bool
   TORCH_CHECK(q.dim() == 3 && keys.dim() == 3 && values.dim() == 3 && mask.dim() == 2, "attend_rows: bad ranks");
   TORCH_CHECK(keys.stride(2) == 1 && values.stride(2) == 1 && keys.stride(1) == values.stride(1),
@@ -255,24 +336,28 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
   // q and mask are read through their strides: a copy per call costs more dispatch than the copy is worth
   auto out = at::empty(q.sizes(), q.options());  // contiguous [H, W, hd]
   if (q.scalar_type() == at::kBFloat16) {
-    attend_all<at::BFloat16>(q, keys, values, mask, out, score_pairs);
+    attend_all<at::BFloat16>(q, keys, values, mask, out, version);
   } else {
     TORCH_CHECK(q.scalar_type() == at::kFloat, "attend_rows: float32 or bfloat16");
-    attend_all<float>(q, keys, values, mask, out, score_pairs);
+    attend_all<float>(q, keys, values, mask, out, version);
   }
   return out;
 }
 
 }  // namespace
 
-// the op yggc::attend_rows_v2 (registered by register_ops.cpp)
+// the op yggc::attend_rows_v3 (registered by register_ops.cpp)
 at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask) {
-  return attend(q, keys, values, mask, true);
+  return attend(q, keys, values, mask, 3);
 }
 
-// yggc::attend_rows_v1, which packages compiled before v2 call: each task scores its slots with lane reductions
+// yggc::attend_rows_v2 and v1, which packages compiled before v3 and v2 call
+at::Tensor attend_rows_v2(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask) {
+  return attend(q, keys, values, mask, 2);
+}
+
 at::Tensor attend_rows_v1(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask) {
-  return attend(q, keys, values, mask, false);
+  return attend(q, keys, values, mask, 1);
 }
 
 }  // namespace yggc

@@ -13,6 +13,7 @@
 
 namespace yggc {
 at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
+at::Tensor attend_rows_v2(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor attend_rows_v1(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t vocab);
 std::vector<at::Tensor> verify_tree_inputs(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& depth,
@@ -44,8 +45,10 @@ void register_cpu_op(const std::string& schema, Fn* kernel) {
 
 }  // namespace
 
-extern "C" void yggc_register_ops() {
-  register_cpu_op("attend_rows_v2(Tensor q, Tensor keys, Tensor values, Tensor mask) -> Tensor", &yggc::attend_rows);
+extern "C" __attribute__((visibility("default"))) void yggc_register_ops() {  // the one exported symbol
+  register_cpu_op("attend_rows_v3(Tensor q, Tensor keys, Tensor values, Tensor mask) -> Tensor", &yggc::attend_rows);
+  register_cpu_op("attend_rows_v2(Tensor q, Tensor keys, Tensor values, Tensor mask) -> Tensor",  // packages before v3
+                  &yggc::attend_rows_v2);
   register_cpu_op("attend_rows_v1(Tensor q, Tensor keys, Tensor values, Tensor mask) -> Tensor",  // packages before v2
                   &yggc::attend_rows_v1);
   register_cpu_op("tied_head_v2(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);  // 16 or 64 columns
