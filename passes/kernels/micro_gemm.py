@@ -18,6 +18,7 @@ import torch
 # A kernel's frame: a template on the row count and the block's columns, over a row block of A, a k-pair
 # packed block of B and the fp32 block of C (accum: add to C instead of overwriting it); fp32 accumulators
 # vc[ROWS * COLS] of VEC-wide vectors (COLS = N / LANES), loaded or zeroed; the kernel's own k loop; C stored.
+# next_B: the weights the next call will read, for a kernel that prefetches them as it goes (or null).
 FRAME_OPEN = r"""
 template <int64_t ROWS, int64_t N, bool accum>
 inline void {{kernel_name}}_kernel(
@@ -27,7 +28,8 @@ inline void {{kernel_name}}_kernel(
     int64_t K,
     int64_t lda,
     int64_t ldb,
-    int64_t ldc
+    int64_t ldc,
+    const {{input2_t}}* next_B
 ) {
     // A [ROWS, K] bf16; B [K / 2, N, 2] bf16 (VNNI-2); C [ROWS, N] fp32
     constexpr int COLS = N / LANES;
@@ -63,12 +65,23 @@ def kernel_source(bits: int, k_loop: str) -> str:
 # The micro-GEMM entry: passes over each column block, each one instantiation of the kernel at its row count.
 # Whole blocks of block_m rows, then the tail; or, with even_split, ceil(M / block_m) passes whose row counts differ
 # by at most one (9 rows at block_m 10: one pass; 16 rows: 8 + 8, not 10 + 6), so that no pass is a sliver of rows
-# re-reading the weights for a fraction of the arithmetic.
+# re-reading the weights for a fraction of the arithmetic. From prefetch_rows rows in the call (none if unset) a
+# kernel is handed the weights the next call reads (next_B), except where that is the next pass over its own; the
+# last pass over the last column block is handed the
+# memory after this call's weights: where they are one packed block (ldb == block_n), Inductor's template reads that
+# next (its cache blocking gives each call one column block, Nc_blocks = 1, in order: the same block's next k chunk,
+# else the next column block).
 ENTRY = r"""
 {{declare_kernel}} {
     {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
     {{kernel.assert_function}}(K % 2 == 0, "K dimension must be even");
     const int64_t passes = (M + {{block_m}} - 1) / {{block_m}};
+{%- if prefetch_rows %}
+    const bool hand_next = M >= {{prefetch_rows}};
+{%- else %}
+    constexpr bool hand_next = false;
+{%- endif %}
+    const {{input2_t}}* after = ldb == {{block_n}} ? B + K * ldb : nullptr;  // [K / 2, block_n, 2] ends here
     int64_t m = 0;
     for (int64_t pass = 0; pass < passes; ++pass) {
 {%- if even_split %}
@@ -80,7 +93,11 @@ ENTRY = r"""
 {%- for rows in range(block_m, 0, -1) %}
         case {{rows}}:
             for (int64_t n = 0; n < N; n += {{block_n}}) {
-                {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K, lda, ldb, ldc);
+                // the weights of the next call, unless it is the next pass over these (in cache by then)
+                const {{input2_t}}* next_B = !hand_next ? nullptr : n + {{block_n}} < N ? B + 2 * (n + {{block_n}})
+                                           : pass + 1 < passes ? nullptr : after;
+                {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K, lda, ldb, ldc,
+                                                                    next_B);
             }
             break;
 {%- endfor %}
@@ -97,12 +114,13 @@ Check = Callable[..., bool]
 
 
 def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, usable: Check,
-                          displace: bool = False, even_split: bool = False) -> bool:
+                          displace: bool = False, even_split: bool = False, prefetch_rows: int | None = None) -> bool:
     """Add the bf16 x bf16 -> fp32 micro-kernel `kernel` (a Jinja template defining {{kernel_name}}_kernel)
     to Inductor's choices for the vector ISA class `isa` of torch._inductor.cpu_vec_isa, at `blockings`
     (block_m, block_n, 2), where `usable` accepts. displace: Inductor's own bf16 kernels for that ISA
     decline wherever this one is usable (its ranking prefers larger register blocks, not faster ones).
-    even_split: rows in even passes instead of whole blocks and a tail (ENTRY).
+    even_split: rows in even passes instead of whole blocks and a tail (ENTRY). prefetch_rows: from this many rows
+    a call hands its kernels the next call's weights (next_B, ENTRY), for a kernel that prefetches them.
     -> whether it is registered; call once per process."""
     try:
         import torch._inductor.lowering  # noqa: F401 (first: importing cpp_micro_gemm alone is a circular import)
@@ -113,7 +131,7 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
         def codegen_define(self, template_kernel) -> str:
             options = {"declare_kernel": self.get_kernel_declaration(), "kernel": template_kernel,
                        "block_m": self.register_blocking.block_m, "block_n": self.register_blocking.block_n,
-                       "even_split": even_split, **self.get_common_options()}
+                       "even_split": even_split, "prefetch_rows": prefetch_rows, **self.get_common_options()}
             render = KernelTemplate._template_from_string
             return render(kernel).render(options) + render(ENTRY).render(options)
 
