@@ -1,7 +1,7 @@
 """The attention kernel ops (yggc/artifacts/kernels/attend_rows.cpp): they compute masked GQA attention, and
-a row's bits do not depend on how many rows share the call or on which cache slots hold its keys. v2 (what new
-packages call) scores bf16 with VDPBF16PS where the CPU has it (kernels/pair_scores.cpp); v1 stays for older
-packages."""
+a row's bits do not depend on how many rows share the call or on which cache slots hold its keys. v2 scores bf16
+with VDPBF16PS where the CPU has it (kernels/pair_scores.cpp); v3 (what new packages call) also weights the values
+with it, in slot pairs; v2 and v1 stay for older packages."""
 
 import math
 
