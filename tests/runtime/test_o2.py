@@ -129,8 +129,9 @@ def test_bf16_package_holds_a_tied_table_once(tmp_path, monkeypatch):
         s = torch.tensor([i])
         args = (torch.tensor([tok]), s.clone(), s.clone(), causal_rows(s, 32))
         got, want = runner(*args), ref(*args)
-        assert (got - want).abs().max().item() < 0.05 * want.abs().max().item()  # bf16 GEMMs, differently blocked
-        assert got.argmax() == want.argmax()
+        tol = 0.05 * want.abs().max().item()  # bf16 GEMMs, differently blocked; bf16 attention weights
+        assert (got - want).abs().max().item() < tol
+        assert want[0, got.argmax()] > want.max() - tol  # the package's top token is the reference's, up to a near-tie
 
 
 @torch.inference_mode()
