@@ -14,11 +14,12 @@ than 8 x 32 at the same 1-row cost, and a 9th row cost a whole 1-row pass of 3 d
 verifier's 9-row call 11.3-11.5 ms against 8.3-8.6 now).
 
 Prefetch: from 11 rows a column block takes two passes, the first streaming its weights from memory, the second
-reading them from L1 with the memory idle, so the two add instead of overlapping (SmolLM2's 30 gate + up
-projections, 2 threads: 1.43 ms at 1 row, 3.7 at 16). The kernel is handed the next call's weights (micro_gemm's
-next_B) and prefetches one k pair of them per k pair of its own in the last pass over a block (the only one at
-<= 10 rows), which keeps the memory busy under the arithmetic; a software prefetch within the block's own stream
-made no difference (the hardware's already runs ahead there).
+reading them from L1 with the memory idle, so the two add instead of overlapping. The kernel is handed the next
+call's weights (micro_gemm's next_B) and prefetches one k pair of them per k pair of its own in the last pass over a
+block (the only one at <= 10 rows), which keeps the memory busy under the arithmetic: the verifier's 8-row call
+7.5 -> 6.6 ms, 16-row 10.1-11.2 -> 9.0-9.5, same logits (Zen 5, docs/benchmarks/cpu-verify-curve.md). Below
+PREFETCH_ROWS rows it cost 2-6%; a software prefetch within the block's own stream made no difference (the
+hardware's already runs ahead there).
 
 Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
 fp32-vector bf16 configs decline where this one applies (the template ranks larger register blocks first, not

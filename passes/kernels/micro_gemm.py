@@ -67,10 +67,9 @@ def kernel_source(bits: int, k_loop: str) -> str:
 # by at most one (9 rows at block_m 10: one pass; 16 rows: 8 + 8, not 10 + 6), so that no pass is a sliver of rows
 # re-reading the weights for a fraction of the arithmetic. From prefetch_rows rows in the call (none if unset) a
 # kernel is handed the weights the next call reads (next_B), except where that is the next pass over its own; the
-# last pass over the last column block is handed the
-# memory after this call's weights: where they are one packed block (ldb == block_n), Inductor's template reads that
-# next (its cache blocking gives each call one column block, Nc_blocks = 1, in order: the same block's next k chunk,
-# else the next column block).
+# last pass over the last column block is handed the memory after this call's weights: where they are one packed
+# block (ldb == block_n), Inductor's template reads that next (its cache blocking gives each call one column block,
+# Nc_blocks = 1, in order: the same block's next k chunk, else the next column block).
 ENTRY = r"""
 {{declare_kernel}} {
     {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
