@@ -95,8 +95,8 @@ ENTRY = r"""
                 // the weights of the next call, unless it is the next pass over these (in cache by then)
                 const {{input2_t}}* next_B = !hand_next ? nullptr : n + {{block_n}} < N ? B + 2 * (n + {{block_n}})
                                            : pass + 1 < passes ? nullptr : after;
-                {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K, lda, ldb, ldc,
-                                                                    next_B);
+                {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K,
+                                                                    lda, ldb, ldc, next_B);
             }
             break;
 {%- endfor %}

@@ -35,7 +35,8 @@ from ..errors import YggcError
 
 NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v3", "tied_head_v2"
 TREE_INPUTS_OP, TREE_ACCEPT_OP = "verify_tree_inputs_v1", "verify_tree_accept_v1"
-KNOWN_OPS = ("attend_rows_v1", "attend_rows_v2", ATTEND_OP, "tied_head_v1", HEAD_OP)  # every op some library version registers
+# every op some library version registers
+KNOWN_OPS = ("attend_rows_v1", "attend_rows_v2", ATTEND_OP, "tied_head_v1", HEAD_OP)
 REGISTER = "yggc_register_ops"  # the library's entry point
 RUNNER_CLASSES = ("PackageRunnerV2", "PackageRunnerV1")  # torch's package loader, called without the GIL
 # (kernels/package_runner.cpp), newest first: V2 also runs the greedy verify phase in one call (verify_tree)

@@ -116,8 +116,10 @@ class SpeculativeDecoder(SampledDrafting):
     def make_draft_phase(self) -> torch.nn.Module:
         return DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash)
 
+    verify_phase_kind = GreedyVerifyPhase  # the greedy verify phase's class (EAGLE-3's also hands over features)
+
     def make_verify_phase(self) -> torch.nn.Module:
-        return GreedyVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
+        return self.verify_phase_kind(self.verifier, self.shape.depth, self.shape.verify)
 
     def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
         """Both caches filled with the prompt from token `start` on -> the verifier's last logits [vocab]."""

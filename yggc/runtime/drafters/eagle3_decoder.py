@@ -157,8 +157,7 @@ class Eagle3Decoder(SpeculativeDecoder):
         return Eagle3DraftPhase(self.head, self.shape.depth, self.shape.width, self.vocab, self.layout.trash,
                                 self.drafter, self.fuse)
 
-    def make_verify_phase(self) -> nn.Module:
-        return FeatureVerifyPhase(self.verifier, self.shape.depth, self.shape.verify)
+    verify_phase_kind = FeatureVerifyPhase
 
     def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
         logits, feats = prefill_features(self.verifier, prompt_ids[start:], self.layout, start=start)

@@ -9,6 +9,8 @@ and the iteration is one verifier step.
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from ...artifacts import kernel_ops
@@ -50,6 +52,11 @@ class PointMassGreedy:
     hold distinct tokens, so that path is the one the greedy verify phase finds: on the CPU its C++ path runs it
     (one call with the verifier's package where the runner has it), else the host rule."""
 
+    @cached_property
+    def point_phases(self) -> dict[int, GreedyVerifyPhase]:
+        """V -> a greedy verify phase of the decoder's kind (verify_phase_kind) checking paths to depth V."""
+        return {}
+
     def verify_greedy(self, draft: Draft, n: int) -> tuple[list[int], int, int]:
         if self.device.type != "cpu" or self.top_logprobs is not None or not kernel_ops.has_tree_ops():
             return self.verify_sampled(draft, n, GREEDY, None)
@@ -59,14 +66,12 @@ class PointMassGreedy:
         """The verify phase's tree ops on the draft's own verify count V, its paths checked to depth V; the
         drafter's K/V moves cut to the nodes it ran on (deeper ones are suffix drafts)."""
         V, t, N = draft.n_verified(self.shape.verify), draft.tree, draft.tree.n_nodes
-        phases = self.__dict__.setdefault("point_phases", {})  # V -> a verify phase of the decoder's kind
-        if V not in phases:
-            kind = GreedyVerifyPhase if self.verify_module is None else type(self.verify_module)  # suffix alone: none
-            phases[V] = kind(self.verifier, V, V)
+        if V not in self.point_phases:
+            self.point_phases[V] = self.verify_phase_kind(self.verifier, V, V)
         tree = (t.tokens, t.parents, t.depth, t.cum_logp, draft.anc)
         if t.capacity != N:  # padded (suffix drafting alone): the nodes in use
             tree = (*(x[:N] for x in tree[:4]), draft.anc[:N, :N])
-        emit, info, self.bonus_logits, moves, *rows = phases[V].forward_ops(*tree, n, self.layout.view(n + V + 1))
+        emit, info, self.bonus_logits, moves, *rows = self.point_phases[V].forward_ops(*tree, n, self.layout.view(n + V + 1))
         k, last_id, max_depth = info.tolist()
         fed = min(k, self.shape.depth)
         drafter_moves = self.no_moves.clone()
