@@ -57,6 +57,11 @@ def test_quick_bench_rows_and_equality(setup, capsys):
     assert [r["name"] for r in raw["rows"]] == EAGER_ROWS
     for r in raw["rows"]:
         assert len(r["samples"]) == 2 and all(len(s["tokens"]) == 32 for s in r["samples"])
+    timed = [r for r in raw["rows"] if r["verify_ms"] is not None]
+    assert [r["name"] for r in timed] == EAGER_ROWS[2:]  # the yggc rows
+    for r in timed:  # each yggc row's verify step against the floor measured around its own timing decode
+        assert r["floor_ms"] > 0
+        assert rows[r["name"]]["verify ms (x floor)"] == f"{r['verify_ms']:.3f} ({r['verify_ms'] / r['floor_ms']:.2f}x)"
     spec = {r["name"]: r for r in raw["rows"]}["yggc-tree-static"]
     assert any(k > 1 for s in spec["samples"] for k in s["per_iter"])  # the near-copy drafter gets accepted
     eff = raw["target_efficiency"]  # each speculative row against the AR row of its engine

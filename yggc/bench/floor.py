@@ -7,7 +7,8 @@
   "verify ms" is the median verify call inside one extra decode of the first prompt (the decoder's
   call is wrapped by a timer): the one-token step for AR rows, the verify phase (pruning, tree-masked
   verifier forward, acceptance, KV compaction) for greedy speculative rows, the V+1-row verifier
-  forward when sampling; "x floor" is its ratio to the floor.
+  forward when sampling; "x floor" is its ratio to the row's own floor: a weights-sized read timed just before
+  and just after that decode (the faster of the two), since a shared machine's memory speed moves within minutes.
 """
 from __future__ import annotations
 
@@ -96,10 +97,12 @@ def verify_step_ms(row: Row, prompt: list[int], n: int, params: SamplingParams) 
 
 def physical_floor(cfg: BenchConfig, rows: list[Row], m: Models, prompt: list[int]) -> dict:
     params = sampling_params(cfg.temperature, 54321)
+    wb = verifier_weight_bytes(m)
     for row in rows:
         if row.decoder is not None:
+            before = read_gbs(wb)
             row.verify_ms = verify_step_ms(row, prompt, cfg.n_new, params)
-    wb = verifier_weight_bytes(m)
+            row.floor_ms = wb / max(before, read_gbs(wb)) / 1e6
     big = cfg.bandwidth_mb * 2**20
     bw = {"read_gbs": read_gbs(big), "copy_gbs": copy_gbs(big), "weights_read_gbs": read_gbs(wb)}
     # the fastest of them: main memory, or the caches when the weights fit there

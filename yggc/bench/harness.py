@@ -225,7 +225,7 @@ def run_benchmark(cfg: BenchConfig) -> Report:
     if ref is not None:
         check_equality(rows, ref)
     floor = physical_floor(cfg, rows, factory.models, measured[0])
-    text = "\n".join(summary_lines(cfg, measured, source, floor, factory.tuning) + ["", table(rows, ref, floor), ""]
+    text = "\n".join(summary_lines(cfg, measured, source, floor, factory.tuning) + ["", table(rows, ref), ""]
                      + efficiency_lines(rows))
     data = to_json(cfg, rows, floor, factory.tuning, source)
     if cfg.json_path:

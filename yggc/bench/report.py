@@ -58,18 +58,17 @@ def equal_cell(row: Row, ref: Row | None) -> str:
     return "yes" if not row.mismatches else "NO: " + "; ".join(row.mismatches)
 
 
-def verify_cell(row: Row, floor_ms: float | None) -> str:
+def verify_cell(row: Row) -> str:
     if row.verify_ms is None:
         return "-"
-    ratio = f" ({row.verify_ms / floor_ms:.1f}x)" if floor_ms else ""
+    ratio = f" ({row.verify_ms / row.floor_ms:.2f}x)" if row.floor_ms else ""
     return f"{row.verify_ms:.3f}{ratio}"
 
 
-def table(rows: list[Row], ref: Row | None, floor: dict | None) -> str:
+def table(rows: list[Row], ref: Row | None) -> str:
     """The rows; with a reference row (greedy runs), an equality column against it."""
     by_name = {r.name: r for r in rows}
     hf_ar, hf_as = by_name.get("hf-ar"), by_name.get("hf-assisted")
-    floor_ms = floor["floor_ms"] if floor else None
     head = ["row", "runs as", "TPOT median ms", "TPOT p90 ms", "tokens/s", "mean accepted", "vs hf-ar",
             "vs hf-assisted", "peak RSS MB (+added)", "verify ms (x floor)"]
     if ref is not None:
@@ -79,7 +78,7 @@ def table(rows: list[Row], ref: Row | None, floor: dict | None) -> str:
         med = median(row.tpots())
         cells = [row.name, row.runs_as, f"{med:.3f}", f"{p90(row.tpots()):.3f}", f"{1000 / med:.1f}",
                  f"{mean_accepted(row):.2f}", speedup(hf_ar, row), speedup(hf_as, row),
-                 f"{row.rss_mb:.0f} (+{row.rss_delta_mb:.0f})", verify_cell(row, floor_ms)]
+                 f"{row.rss_mb:.0f} (+{row.rss_delta_mb:.0f})", verify_cell(row)]
         if ref is not None:
             cells.append(equal_cell(row, ref))
         lines.append("| " + " | ".join(cells) + " |")
@@ -103,7 +102,8 @@ def summary_lines(cfg: BenchConfig, prompts: list[list[int]], source: str, floor
                      f"again and again (cache-resident if it fits); verifier weights {floor['weight_bytes'] / 1e6:.1f} "
                      f"MB / the fastest of these = {floor['floor_ms']:.3f} ms per verify step")
         lines.append("verify ms: median verify call inside one more decode of prompt 0 (AR: the 1-token step; "
-                     "greedy trees/chains: the verify phase, pruning and acceptance included)")
+                     "greedy trees/chains: the verify phase, pruning and acceptance included); x floor: against "
+                     "that row's floor, a weights-sized read timed just before and after that decode (the faster)")
     return lines
 
 
@@ -143,7 +143,7 @@ def to_json(cfg: BenchConfig, rows: list[Row], floor: dict | None, tuning: dict,
                    if k not in ("tree_grid",)} | {"tree_grid": [s.short for s in cfg.tree_grid]},
         "floor": floor, "tuning": tuning, "target_efficiency": target_efficiency(rows),
         "rows": [{"name": r.name, "runs_as": r.runs_as, "rss_mb": r.rss_mb, "rss_delta_mb": r.rss_delta_mb,
-                  "verify_ms": r.verify_ms, "mismatches": r.mismatches,
+                  "verify_ms": r.verify_ms, "floor_ms": r.floor_ms, "mismatches": r.mismatches,
                   "samples": [vars(s) for s in r.samples]} for r in rows],
     }
 

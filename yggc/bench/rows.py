@@ -38,6 +38,7 @@ class Row:
     rss_mb: float = 0.0
     rss_delta_mb: float = 0.0
     verify_ms: float | None = None
+    floor_ms: float | None = None  # the floor measured around the decode that timed verify_ms (yggc.bench.floor)
 
     def tpots(self) -> list[float]:
         return [s.tpot_ms for s in self.samples]

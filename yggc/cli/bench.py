@@ -192,8 +192,11 @@ def bench_command(args: argparse.Namespace) -> int:
 
     if args.temp < 0:
         raise YggcError(f"--temp must be >= 0, got {args.temp}")
+    bundle_mode = any(getattr(args, m) for m in BUNDLE_MODES)
+    if bundle_mode:
+        check_bundle_mode_flags(args)  # a bad flag is one line, before any machine-load warning
     set_threads(args.threads or (1 if args.quick else None), "yggc bench")  # --quick checks tokens, not times
-    if any(getattr(args, m) for m in BUNDLE_MODES):
+    if bundle_mode:
         return bundle_mode_command(args)
     report = run_benchmark(make_config(args))
     print(report.text)
@@ -205,23 +208,27 @@ def bench_command(args: argparse.Namespace) -> int:
 BUNDLE_MODES = ("turns", "json_schema", "shapes", "ablation", "sampling_rules")
 
 
+def check_bundle_mode_flags(args: argparse.Namespace) -> None:
+    """One bundle measurement at a time, of a bundle given, with its files present."""
+    from ..errors import YggcError
+
+    flags = ["--" + m.replace("_", "-") for m in BUNDLE_MODES if getattr(args, m)]
+    if len(flags) > 1:
+        raise YggcError(f"{' and '.join(flags)} are separate measurements; run one at a time")
+    if args.bundle is None:
+        raise YggcError(f"{flags[0]} measures a bundle; pass --bundle BUNDLE")
+    if args.json_schema is not None and not args.json_schema.is_file():
+        raise YggcError(f"--json-schema {args.json_schema} is not a file")
+
+
 def bundle_mode_command(args: argparse.Namespace) -> int:
     """--turns, --json-schema, --shapes, --ablation or --sampling-rules: one measurement of --bundle, printed as a
     table; exit 1 where a greedy row's tokens differ from the first row's."""
     from ..bench.prompt_sets import load_prompt_texts
     from ..bench.sampling_rules import parse_runs
     from ..bench.suite import parse_shape
-    from ..errors import YggcError
     from ..runtime import Runtime
 
-    modes = [m for m in BUNDLE_MODES if getattr(args, m)]
-    flags = ["--" + m.replace("_", "-") for m in modes]
-    if len(modes) > 1:
-        raise YggcError(f"{' and '.join(flags)} are separate measurements; run one at a time")
-    if args.bundle is None:
-        raise YggcError(f"{flags[0]} measures a bundle; pass --bundle BUNDLE")
-    if args.json_schema is not None and not args.json_schema.is_file():
-        raise YggcError(f"--json-schema {args.json_schema} is not a file")
     shapes = [parse_shape(s) for s in args.shapes or ()]  # a bad one is refused before the bundle loads
     runs = parse_runs(",".join(args.sampling_rules)) if args.sampling_rules else []
     import torch
