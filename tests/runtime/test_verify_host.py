@@ -3,14 +3,14 @@ ops (kernels/verify_tree.cpp), gives what its torch code gives."""
 import pytest
 import torch
 from trees import _grow, _logps
+from yggc.passes.kernels import kernel_library
 
 from yggc.artifacts import kernel_ops
-from yggc.passes.kernels import kernel_library
 from yggc.runtime.verify_phase import GreedyVerifyPhase
 from yggc.tree import host, verify_host
+from yggc.tree.egt import egt_tree
 from yggc.tree.prune import prune_topk
 from yggc.tree.token_tree import TokenTree
-from yggc.tree.egt import egt_tree
 
 VOCAB = 12
 
