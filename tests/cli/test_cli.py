@@ -205,7 +205,25 @@ def test_run_with_suffix_branches_equals_the_verifier_alone(capsys, eagle3_head)
     code, out, _ = run(capsys, *args, "-md", str(head), "--depth", "1", "--width", "2", "--with-suffix")
     assert code == 0 and json.loads(out)["tokens"] == alone["tokens"]
     expect_error(capsys, [*args, "--with-suffix"], "--with-suffix adds branches to a drafter's tree, and this run has none")
-    expect_error(capsys, [*args, "--suffix", "--with-suffix"], "--suffix drafts from the text alone, --with-suffix beside")
+    expect_error(capsys, [*args, "--suffix", "--with-suffix"], "--suffix drafts from the text alone", "drop --with-suffix")
+    expect_error(capsys, [*args, "--suffix", "--no-suffix"], "--suffix drafts from the text alone", "drop --no-suffix")
+
+
+def test_a_bundles_greedy_runs_add_suffix_branches_unless_told(capsys, tmp_path):
+    """Greedy: the drafter's tree with the text's suffix branches by default, without them under --no-suffix; at
+    T > 0 only with --with-suffix. Every greedy run says the verifier alone's tokens."""
+    from eager_bundle import write_eager_bundle
+
+    bundle = str(write_eager_bundle(tmp_path))
+    args = ["run", bundle, "--prompt-ids", "5,6,7,8,5,6,7,8,5,6", "-n", "24", "--json"]
+    alone = json.loads(run(capsys, *args, "--no-spec")[1])
+    assert not alone["suffix_branches"]
+    for flags, branches in (((), True), (("--no-suffix",), False), (("--with-suffix",), True)):
+        out = json.loads(run(capsys, *args, *flags)[1])
+        assert out["suffix_branches"] == branches and out["tokens"] == alone["tokens"] and out["n_iterations"] > 0
+    sampled = [*args, "--temp", "1", "--seed", "3"]
+    assert not json.loads(run(capsys, *sampled)[1])["suffix_branches"]
+    assert json.loads(run(capsys, *sampled, "--with-suffix")[1])["suffix_branches"]
 
 
 def test_eagle3_head_errors_are_one_line(capsys, tmp_path, checkpoint, eagle3_head):

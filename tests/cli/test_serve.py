@@ -73,5 +73,7 @@ def test_serve_starts_quiet_uvicorn_with_one_startup_line(capsys, fake_load, mon
     config = started["config"]
     assert code == 0 and out == "" and config.access_log is False and config.log_level == "warning"
     lines = [line for line in err.splitlines() if not line.startswith("yggc: warning:")]  # a busy machine's
-    assert lines == [f"yggc: serving 'demo.bundle' (tree D=3 W=2 V=5) at "
+    assert lines == [f"yggc: serving 'demo.bundle' (tree D=3 W=2 V=5 + suffix branches when greedy) at "
                                         f"http://127.0.0.1:{started['port']}/v1 (queue 8, API key required); Ctrl-C stops"]
+    code, _, err = run(capsys, "serve", str(fake_load), "--port", "0", "--api-key", "k", "--no-suffix")
+    assert code == 0 and "(tree D=3 W=2 V=5) at" in err

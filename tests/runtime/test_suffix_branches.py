@@ -161,3 +161,19 @@ def test_a_profiled_cost_verifies_only_what_pays(pair_paths):
         assert decode(dec, prompt, n=80) == ref, label
         accepted[label] = dec.stats.n_accept
     assert accepted["dear"] == 0 < accepted["free"]
+
+
+def test_a_greedy_request_gets_suffix_branches_by_default(demo_runtime):
+    """Runtime.request_decoder: greedy requests draft the suffix branches beside the plan's tree unless told not to,
+    sampled ones only when told; generate's default equals the verifier alone."""
+    from yggc.runtime.drafters.suffix_branches import SuffixBranches
+
+    rt = demo_runtime
+    assert isinstance(rt.request_decoder(sampling=False), SuffixBranches)
+    assert not isinstance(rt.request_decoder(sampling=False, suffix_branches=False), SuffixBranches)
+    assert not isinstance(rt.request_decoder(sampling=True), SuffixBranches)
+    assert isinstance(rt.request_decoder(sampling=True, suffix_branches=True), SuffixBranches)
+    prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
+    out = rt.generate(prompt, 40)
+    assert out.tokens == rt.generate(prompt, 40, decoder=rt.decoder(speculative=False)).tokens
+    assert out.stats.n_accept > 0

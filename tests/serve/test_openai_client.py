@@ -36,6 +36,7 @@ def test_non_streaming_response_carries_usage_and_speculative_stats(live):
     assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (ref.stats.n_prompt, len(ref.tokens))
     stats = out.model_extra["yggc"]
     assert stats["speculative"] and stats["tree"] == {"depth": 3, "width": 2, "verify": 5}
+    assert stats["suffix_branches"]  # a greedy request's default, as rt.generate's
     assert stats["n_iterations"] == ref.stats.n_iterations and stats["mean_accepted_length"] >= 1.0
 
 

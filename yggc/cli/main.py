@@ -111,9 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="draft from the text's own repeats instead of a drafter: the continuations of the longest "
                           "suffix of prompt and output that occurred before (no drafter runs; -m alone or BUNDLE). "
                           "--depth: tokens per branch (default 6), --width: branches (2), --verify: nodes (8)")
-    run.add_argument("--with-suffix", action="store_true",
-                     help="add the text's suffix matches to the drafter's tree as extra branches, priced by how often "
-                          "they are accepted (verified with the drafts in one call; output unchanged)")
+    branches = run.add_mutually_exclusive_group()
+    branches.add_argument("--with-suffix", action="store_true",
+                          help="add the text's suffix matches to the drafter's tree as extra branches, priced by how "
+                               "often they are accepted (verified with the drafts in one call; output unchanged). A "
+                               "BUNDLE's greedy runs add them by default; this adds them at --temp > 0 and to -m/-md "
+                               "runs too")
+    branches.add_argument("--no-suffix", action="store_true",
+                          help="a BUNDLE's drafter tree alone, without the suffix branches its greedy runs add")
     run.add_argument("--static", action="store_true",
                      help="with BUNDLE: draft the plan's one tree shape every iteration (no depth predictor)")
     run.add_argument("--trace", metavar="OUT.json",

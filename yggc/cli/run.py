@@ -12,6 +12,7 @@ from ..plan.shape import TreeShape
 from ..runtime import drafters, loading
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.detokenize import StreamDecoder
+from ..runtime.drafters.suffix_branches import SuffixBranches, with_suffix_branches
 from ..tree.sampling import SamplingParams
 
 DEFAULT_DEPTH, DEFAULT_WIDTH = 4, 2
@@ -80,8 +81,10 @@ def bundle_decoder(args: argparse.Namespace):
     if speculative is None and not verdict:
         print("yggc: the bundle's plan decodes without speculation (its calibrated tree was slower than the "
               "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)
+    branches = args.with_suffix or (not args.no_suffix and rt.suffix_by_default(sampling=args.temp > 0))
     return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule,
-                                     args.tree_rule, adaptive=not args.static, sampling=args.temp > 0)
+                                     args.tree_rule, adaptive=not args.static, sampling=args.temp > 0,
+                                     suffix_branches=branches)
 
 
 def suffix_decoder(args: argparse.Namespace):
@@ -99,15 +102,12 @@ def suffix_decoder(args: argparse.Namespace):
 
 
 def add_suffix_branches(args: argparse.Namespace, decoder):
-    """--with-suffix: the text's suffix matches as extra branches of the drafter's tree."""
-    from ..runtime.drafters.suffix_branches import with_suffix_branches
-
-    if args.suffix:
-        raise YggcError("--suffix drafts from the text alone, --with-suffix beside a drafter; pick one")
+    """--with-suffix: the text's suffix matches as extra branches of the drafter's tree (a bundle's decoder has them
+    from bundle_decoder, priced with its profile)."""
     if not hasattr(decoder, "draft_tree") or args.draft_parallel != "sequential":
         raise YggcError("--with-suffix adds branches to a drafter's tree, and this run has none (--no-spec, no "
                         "drafter, --draft-parallel, or the bundle's plan: force a tree with --depth/--width)")
-    return with_suffix_branches(decoder)
+    return decoder if isinstance(decoder, SuffixBranches) else with_suffix_branches(decoder)
 
 
 def prompt_ids_of(args: argparse.Namespace, verifier: loading.LoadedModel) -> list[int]:
@@ -188,6 +188,9 @@ def run_command(args: argparse.Namespace) -> int:
     from ..runtime.tp_processes import launched_world
 
     world = tp_world(args)
+    if args.suffix and (args.with_suffix or args.no_suffix):
+        flag = "--with-suffix" if args.with_suffix else "--no-suffix"
+        raise YggcError(f"--suffix drafts from the text alone, without a drafter; drop {flag}")
     if (args.suffix or args.with_suffix) and world > 1:
         raise YggcError(f"--{'with-' * args.with_suffix}suffix runs on one process; drop --tp")
     if world > launched_world():  # --tp N without torchrun: start the N ranks here, each runs this command
@@ -226,7 +229,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.json:
         extra = {"trace": trace.summary()} if trace else {}
         print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary(),
-                          **extra}))
+                          "suffix_branches": isinstance(decoder, SuffixBranches), **extra}))
     else:
         print()
         for line in stats.log_lines() + ([traced] if traced else []):

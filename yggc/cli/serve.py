@@ -36,9 +36,12 @@ def add_serve_parser(sub) -> None:
                    help="the model name clients send (default: the bundle folder's name)")
     p.add_argument("--suffix", action="store_true",
                    help="draft from each request's own repeats instead of the bundle's drafter (as yggc run --suffix)")
-    p.add_argument("--with-suffix", action="store_true",
-                   help="add each request's suffix matches to the drafter's tree as extra branches (as yggc run "
-                        "--with-suffix)")
+    branches = p.add_mutually_exclusive_group()
+    branches.add_argument("--with-suffix", action="store_true",
+                          help="add each request's suffix matches to the drafter's tree as extra branches at T > 0 "
+                               "too (greedy requests get them by default; as yggc run --with-suffix)")
+    branches.add_argument("--no-suffix", action="store_true",
+                          help="the drafter's tree alone, without suffix branches, greedy requests too")
     p.add_argument("--threads", "-t", type=whole_number(1), help="torch/OpenMP threads (default: torch's, one per core)")
 
 
@@ -52,10 +55,11 @@ def serve_command(args: argparse.Namespace) -> int:
     from ..serve.server import serve
     from .run import set_threads
 
-    set_threads(args.threads)
-    if args.suffix and args.with_suffix:
-        print("yggc serve: --suffix drafts from the text alone, --with-suffix beside the drafter; pick one",
-              file=sys.stderr)
+    if args.suffix and (args.with_suffix or args.no_suffix):
+        flag = "--with-suffix" if args.with_suffix else "--no-suffix"
+        print(f"yggc serve: --suffix drafts from the text alone, without the drafter; drop {flag}", file=sys.stderr)
         return 2
-    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix, args.with_suffix)
+    set_threads(args.threads)
+    branches = True if args.with_suffix else False if args.no_suffix else None
+    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix, branches)
     return 0

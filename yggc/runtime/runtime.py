@@ -179,6 +179,20 @@ class Runtime:
         dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
         return with_suffix_branches(dec, iteration_ms=self.iteration_ms) if suffix_branches else dec
 
+    def request_decoder(self, sampling: bool, suffix_branches: bool | None = None):
+        """The decoder a request gets unless it brings one: the plan's (decoder()), with the text's suffix matches as
+        extra branches of the drafter's tree where suffix_branches says, or by default (suffix_by_default). At T > 0
+        they take the point-mass rule in place of the sampled tree's. Where the plan decodes autoregressively there
+        is no tree to add them to."""
+        branches = self.suffix_by_default(sampling) if suffix_branches is None else suffix_branches
+        return self.decoder(sampling=sampling, suffix_branches=branches)
+
+    @staticmethod
+    def suffix_by_default(sampling: bool) -> bool:
+        """Greedy requests on one process get suffix branches: more tokens per verify call and faster on general
+        chat, stdlib chat and code alike (docs/benchmarks/drafters.md); a tensor-parallel bundle's ranks do not."""
+        return not sampling and rank_world()[1] == 1
+
     def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SuffixDecoder:
         """Drafts from the text's own repeats (runtime/drafters/suffix_drafter.py), verified by the bundle's compiled
         verifier; the drafter does not run. `shape`: tokens per branch, branches, nodes verified at most."""
@@ -210,7 +224,7 @@ class Runtime:
         dec = steps = None
         try:
             params = SamplingParams(temperature, top_k, top_p, seed, min_p)
-            dec = decoder or self.decoder(sampling=not params.greedy)
+            dec = decoder or self.request_decoder(sampling=not params.greedy)
             dec.top_logprobs, self.last_logprobs = logprobs, []
             dec.constraint = self.constraint(grammar) if isinstance(grammar, GrammarSpec) else grammar
             steps = dec.stream(self.encode(prompt, messages), max_new_tokens, params, self.verifier.eos_ids, prompt_cache)

@@ -40,7 +40,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int) -> str:
-    branches = " + suffix branches" if settings.suffix_branches else ""
+    branches = {None: " + suffix branches when greedy", True: " + suffix branches", False: ""}[settings.suffix_branches]
     mode = ("suffix drafts" if settings.suffix
             else f"tree {runtime.shape}{branches}"
             if runtime.speculate
@@ -70,8 +70,10 @@ class DrainingServer(uvicorn.Server):
 
 
 def serve(bundle: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
-          queue_size: int = 8, alias: str | None = None, suffix: bool = False, suffix_branches: bool = False) -> None:
-    """Serve until SIGTERM or Ctrl-C. uvicorn logs warnings and errors only; no access log."""
+          queue_size: int = 8, alias: str | None = None, suffix: bool = False,
+          suffix_branches: bool | None = None) -> None:
+    """Serve until SIGTERM or Ctrl-C. uvicorn logs warnings and errors only; no access log. suffix_branches: as
+    ServeSettings."""
     from .app import create_app
 
     runtime = Runtime.load(bundle)

@@ -15,7 +15,9 @@ class ServeSettings:
     created: int = 0            # the model's "created" time (the bundle's, in seconds)
     host: str = "127.0.0.1"     # the --host it listens on: without a key, requests must name it (guards.py)
     suffix: bool = False        # --suffix: every request drafts from its text's own repeats (Runtime.suffix_decoder)
-    suffix_branches: bool = False  # --with-suffix: its repeats join the drafter's tree (Runtime.decoder)
+    # its repeats join the drafter's tree: None for greedy requests (Runtime.request_decoder), True with
+    # --with-suffix, False with --no-suffix
+    suffix_branches: bool | None = None
 
     def __post_init__(self):
         assert self.queue_size >= 1, "a queue of at least one request"

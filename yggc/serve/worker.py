@@ -14,6 +14,7 @@ import threading
 import time
 
 from ..errors import YggcError
+from ..runtime.drafters.suffix_branches import SuffixBranches
 from ..runtime.runtime import Runtime
 from .api_errors import ApiError
 from .jobs import Delta, Failed, Finished, Job, Started, Usage
@@ -39,6 +40,7 @@ def request_stats(dec, stop_reason: str, ttft_s: float | None, tpot_s: float | N
            "n_iterations": st.n_iterations, "n_drafted": st.n_drafted, "n_accept": st.n_accept}
     if shape is not None:
         out["tree"] = {"depth": shape.depth, "width": shape.width, "verify": shape.verify}
+        out["suffix_branches"] = isinstance(dec, SuffixBranches)
     if st.n_iterations:
         out["acceptance_rate"] = round(st.n_accept / st.n_drafted, 4) if st.n_drafted else 0.0
         out["mean_accepted_length"] = round((st.n_accept + st.n_iterations) / st.n_iterations, 4)
@@ -123,7 +125,7 @@ class DecodeWorker:
         job.emit(Started())
         s, rt = job.sampling, self.runtime
         dec = (rt.suffix_decoder() if self.settings.suffix
-               else rt.decoder(sampling=s.temperature > 0, suffix_branches=self.settings.suffix_branches))
+               else rt.request_decoder(s.temperature > 0, self.settings.suffix_branches))
         text = TextStream(rt.tokenizer, s.stop)
         n_generated, first_at, last_at, cancelled = 0, None, None, False
         steps = rt.stream_tokens(list(job.prompt_ids), s.max_tokens, s.temperature, s.top_k, s.top_p, s.seed,
