@@ -59,18 +59,24 @@ def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, sp
                         tuple(record["rank_acceptance"]))  # what its sampled trees price each draw at
 
 
-def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, step) -> BundlePlan:
+def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, step,
+                 with_suffix: DecodeCheck | None = None) -> BundlePlan:
     """The calibrated plan with its measured speedups: from the profiled phases (the objective's terms, measured)
-    and from decoding calibration text end to end (decode_check). Speculation is switched off unless the
-    decode measured the tree faster than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
+    and from decoding calibration text end to end (decode_check): `decoded` the tree the objective priced, which its
+    estimate is checked against; `with_suffix` the same tree with the text's suffix branches, what greedy requests
+    decode by default. Speculation is switched off unless the decode of the default (with_suffix where given)
+    measured it faster than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
     phases, step_ms = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
     iteration_ms = phases["draft"] + phases["verify"]
     speedup = measured_speedup(plan.objective.tokens_per_iter, step_ms, iteration_ms)
     measured = MeasuredSpeedup(round(iteration_ms, 4), round(step_ms, 4), round(speedup, 4))
     off = estimate_off(plan.objective.speedup, decoded.speedup)
-    plan = replace(plan, measured=measured, decoded=decoded, speculate=decoded.speedup > MIN_SPEEDUP, estimate_off=off)
+    verdict = with_suffix or decoded
+    plan = replace(plan, measured=measured, decoded=decoded, decoded_with_suffix=with_suffix,
+                   speculate=verdict.speedup > MIN_SPEEDUP, estimate_off=off)
     if not plan.speculate:
-        step(f"the tree decoded at {decoded.speedup:.2f}x the verifier alone: the bundle decodes without "
+        branches = " with suffix branches" if with_suffix else ""
+        step(f"the tree{branches} decoded at {verdict.speedup:.2f}x the verifier alone: the bundle decodes without "
              "speculation")
     if off:
         step(off)

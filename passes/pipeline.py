@@ -24,6 +24,7 @@ from ..bundle.machine import device_kind
 from ..bundle.manifest import OptLevel
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, BundlePlan
+from ..plan.cost_model import iteration_cost
 from ..plan.objective import StageCosts
 from ..plan.shape import TreeShape
 from ..runtime import loading
@@ -36,6 +37,7 @@ from ..runtime.drafters import (
     load_drafter,
     speculative_decoder,
 )
+from ..runtime.drafters.suffix_branches import with_suffix_branches
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import verifier_loader
 from . import package_cache
@@ -153,14 +155,20 @@ def load_checked_pair(job: CompileJob) -> dict[str, loading.LoadedModel]:
 
 def decode_checked(plan: BundlePlan, profile: dict, decoder: SpeculativeDecoder, loaded: dict,
                    compiled: dict[str, CompiledModel], job: CompileJob, step) -> BundlePlan:
-    """The plan after the decode checks (passes/decode_check.py): the greedy tree's, then the sampling plan's at
-    the calibrated temperature; each verdict follows its decode."""
+    """The plan after the decode checks (passes/decode_check.py): the greedy tree's alone (what the estimate is
+    checked against) and, on a CPU and one process, with the text's suffix branches (what greedy requests decode by
+    default, so the greedy verdict follows it); then the sampling plan's at the calibrated temperature."""
     layout = loaded["verifier"].layout
     ar, prompts = AutoregressiveDecoder(compiled["verifier"], layout), check_prompts(loaded["verifier"].tokenizer, job.calib)
     decoded = decode_check(decoder, ar, prompts)
     step(f"decoded calibration text: {plan.shape.depth}x{plan.shape.width}x{plan.shape.verify} at "
          f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
-    plan = checked_plan(plan, profile, decoded, step)
+    with_suffix = None
+    if job.tp == 1 and device_kind(job.device) == "cpu":  # greedy requests' default (Runtime.suffix_by_default)
+        with_suffix = decode_check(with_suffix_branches(decoder, iteration_ms=iteration_cost(profile)), ar, prompts)
+        step(f"with suffix branches (greedy requests' default): {with_suffix.tree_tpot_ms:.3f} ms/token, the verifier "
+             f"alone at {with_suffix.ar_tpot_ms:.3f}")
+    plan = checked_plan(plan, profile, decoded, step, with_suffix)
     if plan.sampling is not None:
         shape = plan.sampling.shape
         sampled = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, shape)

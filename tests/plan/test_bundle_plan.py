@@ -69,6 +69,9 @@ def test_round_trip_dataclass_json_dataclass():
     assert plan.sampling.host_ms_per_step == {1: 0.05, 2: 0.0812} and plan.sampling.rank_acceptance[0] == 0.61
     assert plan.adaptive.shapes[-1] == plan.adaptive.best_constant == TreeShape(3, 2, 5)
     assert plan.schedule.executed.variant == "sequential" and plan.schedule.timeline[1].stage == "verify"
+    with_suffix = {**CALIBRATED_V1, "decoded_with_suffix": {**DECODED, "speedup": 1.31}}
+    plan = BundlePlan.from_json(json.loads(json.dumps(with_suffix)))
+    assert plan.decoded_with_suffix.speedup == 1.31 and plan.to_json() == {"schema_version": 1, **with_suffix}
     minimal = BundlePlan(TreeShape(1, 1, 1))
     assert minimal.to_json() == {"schema_version": PLAN_VERSION, "depth": 1, "width": 1, "verify": 1,
                                  "source": "compile flags"}

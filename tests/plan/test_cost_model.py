@@ -44,6 +44,13 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     assert not within_noise.speculate and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
     assert plan == BundlePlan(best.shape, "calibration", best, best, (best,))  # a new plan; the given one is kept
+    # with the greedy default's decode (suffix branches) the verdict follows it; the estimate is the tree's own
+    branched = DecodeCheck(6.4, 8.37, 1.31, 96)
+    saved = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), steps.append, branched)
+    assert saved.speculate and saved.decoded_with_suffix.speedup == 1.31 and saved.estimate_off is not None
+    lost = checked_plan(plan, profile, DecodeCheck(7.0, 8.4, 1.2, 96), steps.append, DecodeCheck(8.4, 8.4, 1.0, 96))
+    assert not lost.speculate and steps[-1] == ("the tree with suffix branches decoded at 1.00x the verifier alone: "
+                                                "the bundle decodes without speculation")
 
 
 def test_checked_sampling_plan_follows_its_decode():

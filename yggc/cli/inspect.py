@@ -118,9 +118,13 @@ def print_plan(plan: BundlePlan) -> None:
     if measured:
         print(f"  measured: {measured.iteration_ms:.3f} ms/iteration against a {measured.verifier_step_ms:.3f} ms "
               f"verifier step = {measured.speedup:.2f}x" + ("" if decoded else f" ({verdict})"))
+    with_suffix = plan.decoded_with_suffix
     if decoded:
         print(f"  decoded calibration text: {decoded.tree_tpot_ms:.3f} ms/token against {decoded.ar_tpot_ms:.3f} "
-              f"for the verifier alone = {decoded.speedup:.2f}x ({verdict})")
+              f"for the verifier alone = {decoded.speedup:.2f}x" + ("" if with_suffix else f" ({verdict})"))
+    if with_suffix:
+        print(f"    with suffix branches (greedy requests' default): {with_suffix.tree_tpot_ms:.3f} ms/token against "
+              f"{with_suffix.ar_tpot_ms:.3f} = {with_suffix.speedup:.2f}x ({verdict})")
     sampling = plan.sampling
     if sampling:
         best = sampling.objective

@@ -241,6 +241,9 @@ class BundlePlan:
     schedule: StagePlan | None = None
     adaptive: AdaptivePlan | None = None
     schema_version: int = PLAN_VERSION
+    # the decode check of what greedy requests decode by default: the tree with the text's suffix branches (the
+    # verdict follows it where present; absent from bundles compiled before that default, or tensor-parallel ones)
+    decoded_with_suffix: DecodeCheck | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The plan.json object: schema_version first, then the layout of version 1."""
@@ -251,7 +254,8 @@ class BundlePlan:
                         "decoded": self.decoded and self.decoded.to_json(),
                         "speculate": self.speculate if self.decoded or not self.speculate else None,
                         "estimate_off": self.estimate_off, "schedule": self.schedule and self.schedule.to_json(),
-                        "adaptive": self.adaptive and self.adaptive.to_json()})
+                        "adaptive": self.adaptive and self.adaptive.to_json(),
+                        "decoded_with_suffix": self.decoded_with_suffix and self.decoded_with_suffix.to_json()})
 
     @classmethod
     def from_json(cls, raw: dict[str, Any], where: str = PLAN) -> BundlePlan:
@@ -270,7 +274,7 @@ class BundlePlan:
                        parsed(raw, "sampling", SamplingPlan.from_json), parsed(raw, "measured", MeasuredSpeedup.from_json),
                        parsed(raw, "decoded", DecodeCheck.from_json), raw.get("speculate", True), raw.get("estimate_off"),
                        parsed(raw, "schedule", StagePlan.from_json), parsed(raw, "adaptive", AdaptivePlan.from_json),
-                       version)
+                       version, parsed(raw, "decoded_with_suffix", DecodeCheck.from_json))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise YggcError(f"{where} is not a plan this yggc reads ({type(e).__name__}: {e}); the bundle is damaged, "
                             "re-run `yggc compile`") from None

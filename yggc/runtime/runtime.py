@@ -187,11 +187,11 @@ class Runtime:
         branches = self.suffix_by_default(sampling) if suffix_branches is None else suffix_branches
         return self.decoder(sampling=sampling, suffix_branches=branches)
 
-    @staticmethod
-    def suffix_by_default(sampling: bool) -> bool:
-        """Greedy requests on one process get suffix branches: more tokens per verify call and faster on general
-        chat, stdlib chat and code alike (docs/benchmarks/drafters.md); a tensor-parallel bundle's ranks do not."""
-        return not sampling and rank_world()[1] == 1
+    def suffix_by_default(self, sampling: bool) -> bool:
+        """Greedy requests of a CPU bundle on one process get suffix branches: more tokens per verify call and faster
+        on general chat, stdlib chat and code alike there (docs/benchmarks/drafters.md). Not measured on a GPU, nor
+        across a tensor-parallel bundle's ranks: those decode the tree alone unless told."""
+        return not sampling and rank_world()[1] == 1 and loading.model_device(self.compiled["verifier"]).type == "cpu"
 
     def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SuffixDecoder:
         """Drafts from the text's own repeats (runtime/drafters/suffix_drafter.py), verified by the bundle's compiled
