@@ -45,7 +45,8 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
                    help="rows to run (default all but the openvino and llama.cpp ones): hf-ar,hf-assisted,openvino,"
                         "openvino-spec,llama.cpp,llama.cpp-gguf,yggc-ar-eager,yggc-chain,yggc-tree-static,"
                         "yggc-ar-compiled,yggc-suffix (the compiled verifier drafting from the text's own repeats),"
-                        "yggc-full,yggc-full-suffix (yggc-full with suffix branches in its tree)")
+                        "yggc-full (the bundle's drafter tree alone),yggc-full-suffix (with suffix branches in its "
+                        "tree: what greedy `yggc run` decodes on a CPU)")
     p.add_argument("--prompts", type=POSITIVE, help="measured prompts (default 4; --quick 2)")
     p.add_argument("-n", "--n-predict", dest="n", type=POSITIVE, help="new tokens per prompt (default 128; --quick 32)")
     p.add_argument("--repeats", type=POSITIVE, help="runs per prompt and row (default 3; --quick 1)")
