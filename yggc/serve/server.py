@@ -40,7 +40,9 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int) -> str:
-    branches = {None: " + suffix branches when greedy", True: " + suffix branches", False: ""}[settings.suffix_branches]
+    branches = (" + suffix branches" if settings.suffix_branches
+                else " + suffix branches when greedy" if settings.suffix_branches is None
+                and runtime.suffix_by_default(sampling=False) else "")
     mode = ("suffix drafts" if settings.suffix
             else f"tree {runtime.shape}{branches}"
             if runtime.speculate
