@@ -37,7 +37,7 @@ from ..runtime.drafters import (
     load_drafter,
     speculative_decoder,
 )
-from ..runtime.drafters.suffix_branches import with_suffix_branches
+from ..runtime.drafters.suffix_branches import branches_by_default, with_suffix_branches
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import verifier_loader
 from . import package_cache
@@ -164,7 +164,7 @@ def decode_checked(plan: BundlePlan, profile: dict, decoder: SpeculativeDecoder,
     step(f"decoded calibration text: {plan.shape.depth}x{plan.shape.width}x{plan.shape.verify} at "
          f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
     with_suffix = None
-    if job.tp == 1 and device_kind(job.device) == "cpu":  # greedy requests' default (Runtime.suffix_by_default)
+    if branches_by_default(device_kind(job.device), job.tp, sampling=False):  # what greedy requests decode
         with_suffix = decode_check(with_suffix_branches(decoder, iteration_ms=iteration_cost(profile)), ar, prompts)
         step(f"with suffix branches (greedy requests' default): {with_suffix.tree_tpot_ms:.3f} ms/token, the verifier "
              f"alone at {with_suffix.ar_tpot_ms:.3f}")

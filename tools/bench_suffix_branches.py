@@ -29,6 +29,12 @@ def label(shape: TreeShape) -> str:
     return f"{shape.depth}x{shape.width}x{shape.verify}"  # as --shapes writes it
 
 
+def branched(rt: Runtime, config: Config):
+    """The bundle's greedy decoder with suffix branches of `config`, priced by the bundle's profile as the runtime's."""
+    shape, chance = config
+    return with_suffix_branches(rt.decoder(), shape=shape, min_chance=chance, iteration_ms=rt.iteration_ms)
+
+
 def measure(rt: Runtime, prompts: list[list[int]], n: int, configs: list[Config], rounds: int) -> dict:
     """{config: [(TPOT ms, tokens per verify call)] per prompt and round}; YggcError if any output differs from AR."""
     plain = [rt.generate(p, n, decoder=rt.decoder(speculative=False)).tokens for p in prompts]
@@ -36,8 +42,7 @@ def measure(rt: Runtime, prompts: list[list[int]], n: int, configs: list[Config]
     for _ in range(rounds):
         for prompt, ref in zip(prompts, plain, strict=True):
             for shape, chance in configs:
-                dec = with_suffix_branches(rt.decoder(), shape=shape, min_chance=chance, iteration_ms=rt.iteration_ms)
-                res = rt.generate(prompt, n, decoder=dec)
+                res = rt.generate(prompt, n, decoder=branched(rt, (shape, chance)))
                 if res.tokens != ref:
                     raise YggcError(f"suffix branches {label(shape)} at min chance {chance} decoded other tokens than "
                                     "the verifier alone")
@@ -75,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         rt = Runtime.load(args.bundle)
         texts = load_prompt_texts(args.prompts_file)[0][:args.prompts + 1]
         prompts = [rt.encode(t) for t in texts]
-        for shape, chance in configs:  # warm-up
-            rt.generate(prompts[0], 16, decoder=with_suffix_branches(rt.decoder(), shape=shape, min_chance=chance))
+        for config in configs:  # warm-up
+            rt.generate(prompts[0], 16, decoder=branched(rt, config))
         print(table(measure(rt, prompts[1:], args.n, configs, args.rounds)))
     except (*USER_ERRORS, ValueError) as e:
         print(f"bench_suffix_branches: error: {e}", file=sys.stderr)

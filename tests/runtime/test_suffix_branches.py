@@ -166,8 +166,11 @@ def test_a_profiled_cost_verifies_only_what_pays(pair_paths):
 def test_a_greedy_request_gets_suffix_branches_by_default(demo_runtime):
     """Runtime.request_decoder: greedy requests draft the suffix branches beside the plan's tree unless told not to,
     sampled ones only when told; generate's default equals the verifier alone."""
-    from yggc.runtime.drafters.suffix_branches import SuffixBranches
+    from yggc.runtime.drafters.suffix_branches import SuffixBranches, branches_by_default
 
+    assert branches_by_default("cpu", 1, sampling=False)
+    assert not any((branches_by_default("cuda", 1, False), branches_by_default("cpu", 2, False),
+                    branches_by_default("cpu", 1, True)))
     rt = demo_runtime
     assert isinstance(rt.request_decoder(sampling=False), SuffixBranches)
     assert not isinstance(rt.request_decoder(sampling=False, suffix_branches=False), SuffixBranches)

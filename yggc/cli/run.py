@@ -81,7 +81,7 @@ def bundle_decoder(args: argparse.Namespace):
     if speculative is None and not verdict:
         print("yggc: the bundle's plan decodes without speculation (its calibrated tree was slower than the "
               "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)
-    branches = args.with_suffix or (not args.no_suffix and rt.suffix_by_default(sampling=args.temp > 0))
+    branches = rt.suffix_branches_for(args.temp > 0, suffix_choice(args))
     return rt.verifier, rt.decoder(speculative, tree_shape(args, rt.shape) if forced else None, args.chain_rule,
                                      args.tree_rule, adaptive=not args.static, sampling=args.temp > 0,
                                      suffix_branches=branches)
@@ -99,6 +99,11 @@ def suffix_decoder(args: argparse.Namespace):
         return rt.verifier, rt.suffix_decoder(shape)
     verifier, _ = load_models(args)
     return verifier, SuffixDecoder(verifier.graph, SuffixDrafter(), verifier.layout, shape)
+
+
+def suffix_choice(args: argparse.Namespace) -> bool | None:
+    """--with-suffix: True, --no-suffix: False, neither: None (the runtime's default)."""
+    return True if args.with_suffix else False if args.no_suffix else None
 
 
 def add_suffix_branches(args: argparse.Namespace, decoder):

@@ -53,13 +53,12 @@ def serve_command(args: argparse.Namespace) -> int:
         print(MISSING_EXTRA, file=sys.stderr)
         return 2
     from ..serve.server import serve
-    from .run import set_threads
+    from .run import set_threads, suffix_choice
 
     if args.suffix and (args.with_suffix or args.no_suffix):
         flag = "--with-suffix" if args.with_suffix else "--no-suffix"
         print(f"yggc serve: --suffix drafts from the text alone, without the drafter; drop {flag}", file=sys.stderr)
         return 2
     set_threads(args.threads)
-    branches = True if args.with_suffix else False if args.no_suffix else None
-    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix, branches)
+    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix, suffix_choice(args))
     return 0

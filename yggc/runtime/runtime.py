@@ -34,7 +34,7 @@ from . import drafters, loading
 from .autoregressive import AutoregressiveDecoder
 from .constraint import Constraint, GrammarCompiler, GrammarSpec
 from .detokenize import StreamDecoder
-from .drafters.suffix_branches import with_suffix_branches
+from .drafters.suffix_branches import branches_by_default, with_suffix_branches
 from .drafters.suffix_drafter import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
 from .logprobs import TokenLogprob
 from .request_lock import RequestLock
@@ -179,19 +179,18 @@ class Runtime:
         dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
         return with_suffix_branches(dec, iteration_ms=self.iteration_ms) if suffix_branches else dec
 
-    def request_decoder(self, sampling: bool, suffix_branches: bool | None = None):
-        """The decoder a request gets unless it brings one: the plan's (decoder()), with the text's suffix matches as
-        extra branches of the drafter's tree where suffix_branches says, or by default (suffix_by_default). At T > 0
-        they take the point-mass rule in place of the sampled tree's. Where the plan decodes autoregressively there
-        is no tree to add them to."""
-        branches = self.suffix_by_default(sampling) if suffix_branches is None else suffix_branches
-        return self.decoder(sampling=sampling, suffix_branches=branches)
+    def suffix_branches_for(self, sampling: bool, asked: bool | None = None) -> bool:
+        """Whether a request's drafter tree gets the text's suffix branches: as `asked` (True/False), else the default
+        for this runtime's device and process group (drafters.suffix_branches.branches_by_default)."""
+        if asked is not None:
+            return asked
+        return branches_by_default(loading.model_device(self.compiled["verifier"]).type, rank_world()[1], sampling)
 
-    def suffix_by_default(self, sampling: bool) -> bool:
-        """Greedy requests of a CPU bundle on one process get suffix branches: more tokens per verify call and faster
-        on general chat, stdlib chat and code alike there (docs/benchmarks/drafters.md). Not measured on a GPU, nor
-        across a tensor-parallel bundle's ranks: those decode the tree alone unless told."""
-        return not sampling and rank_world()[1] == 1 and loading.model_device(self.compiled["verifier"]).type == "cpu"
+    def request_decoder(self, sampling: bool, suffix_branches: bool | None = None):
+        """The decoder a request gets unless it brings one: the plan's (decoder()), with suffix branches as
+        suffix_branches_for says (at T > 0 they take the point-mass rule in place of the sampled tree's). Where the
+        plan decodes autoregressively there is no tree to add them to."""
+        return self.decoder(sampling=sampling, suffix_branches=self.suffix_branches_for(sampling, suffix_branches))
 
     def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SuffixDecoder:
         """Drafts from the text's own repeats (runtime/drafters/suffix_drafter.py), verified by the bundle's compiled

@@ -40,9 +40,8 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int) -> str:
-    branches = (" + suffix branches" if settings.suffix_branches
-                else " + suffix branches when greedy" if settings.suffix_branches is None
-                and runtime.suffix_by_default(sampling=False) else "")
+    greedy, sampled = (runtime.suffix_branches_for(sampling, settings.suffix_branches) for sampling in (False, True))
+    branches = " + suffix branches" if sampled else " + suffix branches when greedy" if greedy else ""
     mode = ("suffix drafts" if settings.suffix
             else f"tree {runtime.shape}{branches}"
             if runtime.speculate

@@ -15,8 +15,8 @@ class ServeSettings:
     created: int = 0            # the model's "created" time (the bundle's, in seconds)
     host: str = "127.0.0.1"     # the --host it listens on: without a key, requests must name it (guards.py)
     suffix: bool = False        # --suffix: every request drafts from its text's own repeats (Runtime.suffix_decoder)
-    # its repeats join the drafter's tree: None for greedy requests (Runtime.request_decoder), True with
-    # --with-suffix, False with --no-suffix
+    # its repeats join the drafter's tree: True with --with-suffix, False with --no-suffix, None as the runtime's
+    # default (Runtime.suffix_branches_for)
     suffix_branches: bool | None = None
 
     def __post_init__(self):

@@ -37,6 +37,13 @@ BRANCHES_SHAPE = TreeShape(16, 2, 20)
 MIN_CHANCE = 0.2  # a suffix node whose estimated acceptance is below this is not worth its verifier row
 
 
+def branches_by_default(device_type: str, world: int, sampling: bool) -> bool:
+    """Whether a request drafts suffix branches beside its drafter's tree unless it says: greedy, on a CPU, in one
+    process. Measured faster there on general chat, stdlib chat and code alike (docs/benchmarks/drafters.md); not
+    measured on a GPU or across tensor-parallel ranks."""
+    return not sampling and device_type == "cpu" and world == 1
+
+
 class SuffixBranches(PointMassGreedy):
     """Mixin before a model decoder class (with_suffix_branches): its drafts get the suffix branches merged in."""
 
