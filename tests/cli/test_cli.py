@@ -139,6 +139,20 @@ def test_demo_compile_calibrates_unless_a_shape_is_given():
     assert compile_pair(args) == demo_pair_dirs() and args.calib is None
 
 
+def test_calibrated_compile_prices_sampling_at_t1_unless_told(tmp_path):
+    """--calib prices a second plan at T = 1 (what OpenAI clients and yggc serve sample at unless told); --temp T
+    moves it, --temp 0 keeps the greedy plan alone."""
+    from yggc.cli.compile import calibration_spec
+    from yggc.cli.main import build_parser
+
+    text = tmp_path / "calib.txt"
+    text.write_text("def f(x):\n    return x\n")
+    temps = [calibration_spec(build_parser().parse_args(["compile", "-o", "b", "--calib", str(text), *flags])).temperature
+             for flags in ([], ["--temp", "0.7"], ["--temp", "0"])]
+    assert temps == [1.0, 0.7, 0.0]
+    assert calibration_spec(build_parser().parse_args(["compile", "-o", "b"])) is None  # no text: a fixed tree
+
+
 def test_cli_silences_known_third_party_noise_only():
     import warnings
 

@@ -35,6 +35,8 @@ def _log(msg: str) -> None:
 # CPU: O2's frozen C++ GEMMs keep small-W steps at the memory floor and rows batch-invariant. CUDA: O1 (buckets
 # captured as CUDA graphs per width); O2 there is not measured yet.
 DEFAULT_OPT = {"cpu": OptLevel.O2, "cuda": OptLevel.O1}
+# --calib without --temp: the sampled plan is priced where OpenAI clients and yggc serve sample unless told
+SAMPLED_TEMPERATURE = 1.0
 
 
 def compile_command(args: argparse.Namespace) -> int:
@@ -119,12 +121,13 @@ def calibration_spec(args: argparse.Namespace) -> CalibrationSpec | None:
     """--calib and the tree flags given with it -> the search the calibrate and choose-shape passes run."""
     from ..passes.calibrate import CalibrationSpec, read_calibration_text
 
-    if args.temp < 0:
+    if args.temp is not None and args.temp < 0:
         raise YggcError(f"--temp must be >= 0, got {args.temp:g}")
     if not args.calib:
         if args.temp:
             raise YggcError("--temp prices the tree for sampling from calibration text; give --calib FILES too")
         return None
+    temperature = SAMPLED_TEMPERATURE if args.temp is None else args.temp
     files = tuple(Path(f) for f in args.calib)
     read_calibration_text(files)  # a bad file fails here, before anything slow
     if args.depth == 0 or args.width == 0:
@@ -133,7 +136,7 @@ def calibration_spec(args: argparse.Namespace) -> CalibrationSpec | None:
     spec = CalibrationSpec(files, args.calib_prompts, default.prompt_tokens, args.calib_tokens,
                            max_depth=args.depth or default.max_depth,
                            widths=(args.width,) if args.width else default.widths,
-                           pin_depth=args.depth, pin_verify=args.verify, temperature=args.temp)
+                           pin_depth=args.depth, pin_verify=args.verify, temperature=temperature)
     if spec.new_tokens <= spec.max_depth:
         raise YggcError(f"--calib-tokens must exceed the deepest calibrated tree ({spec.max_depth}), got "
                         f"{spec.new_tokens}")

@@ -140,9 +140,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="windows of the calibration text decoded per candidate width (default 16)")
     comp.add_argument("--calib-tokens", type=POSITIVE, default=64,
                       help="greedy tokens decoded after each calibration window (default 64)")
-    comp.add_argument("--temp", type=float, default=0.0,
+    comp.add_argument("--temp", type=float,
                       help="with --calib: also decode the text by sampling at this temperature and keep a second "
-                           "plan, which requests at T > 0 use (default 0: greedy only)")
+                           "plan, which requests at T > 0 use (default 1, what OpenAI clients and yggc serve "
+                           "sample at unless told; 0: greedy only, sampled requests then draft the greedy plan's "
+                           "tree)")
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
     comp.add_argument("--tp", type=POSITIVE, default=1,
                       help="split the verifier over this many local processes (tensor parallel): each compiles its "
