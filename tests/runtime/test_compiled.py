@@ -196,6 +196,7 @@ def test_cli_run_and_inspect(bundle, capsys):
     assert "draft phase (one call)" in out and "verify phase (one call)" in out
     assert "measured: " in out and "decoded calibration text: " in out and "speculation" in out
     assert "stage plan: sequential on shared cores, D=3 W=2 V=5" in out
+    assert "sampling plan (T=0.8, used by requests at T > 0): D=" in out
     assert "estimate / measured draft+verify phases" in out
     for stage in ("head", "draft1", "draft2", "prune", "verify", "accept", "compact"):
         assert f"cores   {stage}\n" in out

@@ -126,7 +126,10 @@ def print_plan(plan: BundlePlan) -> None:
         print(f"    with suffix branches (greedy requests' default): {with_suffix.tree_tpot_ms:.3f} ms/token against "
               f"{with_suffix.ar_tpot_ms:.3f} = {with_suffix.speedup:.2f}x ({verdict})")
     sampling = plan.sampling
-    if sampling:
+    if not sampling:
+        print("  sampling plan: none; requests at T > 0 draft the greedy plan's tree, unpriced at any temperature "
+              "(`yggc compile --calib` prices one at T = 1)")
+    else:
         best = sampling.objective
         verdict = "speculation on" if sampling.speculate else "speculation OFF"
         checked = f", decoded {sampling.decoded.speedup:.2f}x" if sampling.decoded else ""
