@@ -73,7 +73,20 @@ def test_serve_starts_quiet_uvicorn_with_one_startup_line(capsys, fake_load, mon
     config = started["config"]
     assert code == 0 and out == "" and config.access_log is False and config.log_level == "warning"
     lines = [line for line in err.splitlines() if not line.startswith("yggc: warning:")]  # a busy machine's
-    assert lines == [f"yggc: serving 'demo.bundle' (tree D=3 W=2 V=5 + suffix branches when greedy) at "
-                                        f"http://127.0.0.1:{started['port']}/v1 (queue 8, API key required); Ctrl-C stops"]
+    assert lines == ["yggc: serving 'demo.bundle' (greedy: tree D=3 W=2 V=5 + suffix branches; T > 0: tree D=3 W=2 "
+                     f"V=5, the greedy plan's, unpriced) at http://127.0.0.1:{started['port']}/v1 (queue 8, API key "
+                     "required); Ctrl-C stops"]
     code, _, err = run(capsys, "serve", str(fake_load), "--port", "0", "--api-key", "k", "--no-suffix")
-    assert code == 0 and "(tree D=3 W=2 V=5) at" in err
+    assert code == 0 and "(greedy: tree D=3 W=2 V=5; T > 0: tree D=3 W=2 V=5, the greedy plan's, unpriced) at" in err
+
+
+@pytest.mark.parametrize("verdict, sampled", [(True, "tree D=1 W=1 V=1"), (False, "autoregressive (the plan's verdict)")])
+def test_the_startup_line_names_the_sampling_plan(capsys, fake_load, monkeypatch, demo_runtime, verdict, sampled):
+    import uvicorn
+
+    from yggc.plan.shape import TreeShape
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: sockets[0].close())
+    monkeypatch.setattr(demo_runtime, "sampling_plan", (TreeShape(1, 1, 1), verdict))
+    code, _, err = run(capsys, "serve", str(fake_load), "--port", "0")
+    assert code == 0 and f"(greedy: tree D=3 W=2 V=5 + suffix branches; T > 0: {sampled}) at" in err

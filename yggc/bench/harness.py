@@ -106,7 +106,7 @@ class RowFactory:
             return yggc_row(name, m.spec_decoder(shape), f"eager {shape.short} (tuned)")
         if name in ("yggc-full", "yggc-full-suffix"):
             rt, sampling, branches = m.runtime, not self.cfg.greedy, name == "yggc-full-suffix"
-            shape, speculate = rt.sampling_plan if sampling and rt.sampling_plan else (rt.shape, rt.speculate)
+            shape, speculate = rt.plan_for(sampling)
             plan = "sampling plan" if sampling and rt.sampling_plan else "bundle plan"
             runs_as = (f"compiled {shape.short} ({plan})" if speculate
                        else f"compiled AR ({plan}: its tree priced or measured slower)")

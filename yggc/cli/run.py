@@ -77,7 +77,7 @@ def bundle_decoder(args: argparse.Namespace):
     rt = bundle_runtime(args)
     forced = bool(args.depth or args.width or args.verify)
     speculative = False if args.no_spec else (True if forced else None)
-    verdict = rt.sampling_plan[1] if args.temp > 0 and rt.sampling_plan else rt.speculate
+    verdict = rt.plan_for(args.temp > 0)[1]
     if speculative is None and not verdict:
         print("yggc: the bundle's plan decodes without speculation (its calibrated tree was slower than the "
               "verifier alone on the compiling machine; --depth/--width force a tree)", file=sys.stderr)

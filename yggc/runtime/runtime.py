@@ -162,8 +162,7 @@ class Runtime:
         compiled_draft=False drafts eagerly around the drafter's package where the bundle compiled the shape's
         draft phase too (O2; to compare the two)."""
         layout = self.verifier.layout
-        plan_shape, verdict = (self.sampling_plan if sampling and self.sampling_plan and shape is None
-                               else (self.shape, self.speculate))
+        plan_shape, verdict = self.plan_for(sampling and shape is None)
         if speculative is None:
             speculative = verdict or shape is not None
         if not speculative:
@@ -178,6 +177,11 @@ class Runtime:
             dec.compiled_drafts.update(self.draft_runners)
         dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
         return with_suffix_branches(dec, iteration_ms=self.iteration_ms) if suffix_branches else dec
+
+    def plan_for(self, sampling: bool) -> tuple[TreeShape, bool]:
+        """(tree shape, verdict) a request decodes with: at T > 0 the plan calibrated at a temperature where the
+        bundle has one, else the greedy plan (verdict False: the verifier alone)."""
+        return self.sampling_plan if sampling and self.sampling_plan else (self.shape, self.speculate)
 
     def suffix_branches_for(self, sampling: bool, asked: bool | None = None) -> bool:
         """Whether a request's drafter tree gets the text's suffix branches: as `asked` (True/False), else the default

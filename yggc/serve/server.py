@@ -39,13 +39,19 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def decoding_label(settings: ServeSettings, runtime: Runtime, sampling: bool) -> str:
+    """What greedy (sampling=False) or sampled requests decode with, e.g. "tree D=2 W=4 V=7 + suffix branches"."""
+    shape, speculate = runtime.plan_for(sampling)
+    if not speculate:
+        return "autoregressive (the plan's verdict)"
+    branches = " + suffix branches" if runtime.suffix_branches_for(sampling, settings.suffix_branches) else ""
+    unpriced = ", the greedy plan's, unpriced" if sampling and not runtime.sampling_plan else ""
+    return f"tree {shape}{branches}{unpriced}"
+
+
 def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int) -> str:
-    greedy, sampled = (runtime.suffix_branches_for(sampling, settings.suffix_branches) for sampling in (False, True))
-    branches = " + suffix branches" if sampled else " + suffix branches when greedy" if greedy else ""
     mode = ("suffix drafts" if settings.suffix
-            else f"tree {runtime.shape}{branches}"
-            if runtime.speculate
-            else "autoregressive (the plan's verdict)")
+            else f"greedy: {decoding_label(settings, runtime, False)}; T > 0: {decoding_label(settings, runtime, True)}")
     url_host = f"[{host}]" if ":" in host else host
     key = ", API key required" if settings.api_key else ""
     return (f"yggc: serving {settings.model_id!r} ({mode}) at http://{url_host}:{port}/v1 "
