@@ -1,6 +1,6 @@
 """`yggc bench --sampling-rules`: the T > 0 verification rules through one bundle, side by side: tokens per verify
 call and TPOT of each RULE:DxWxV at every temperature, over the same prompts and seeds, beside the bundle's AR
-(greedy and at each temperature), its greedy plan and, for a bundle compiled with `--temp`, its sampling plan.
+(greedy and at each temperature), its greedy plan and, where the bundle has one (`--calib` compiles), its sampling plan.
 
 Rules: `chain` (W = 1, drafts sampled, block verification), `point-mass` (the greedy-grown tree, each child
 accepted with the verifier's probability of it), `rrs` (the tree grown from drafter samples without replacement,
@@ -88,7 +88,7 @@ def compare_rules(rt: Runtime, runs: list[tuple[str, TreeShape]], prompts: list[
                f"greedy plan {rt.shape.short}": measure(rt, rt.decoder(speculative=True), prompts, n, 0.0, 1)}
     for temp in temps:
         results[f"T={temp} ar"] = measure(rt, rt.decoder(speculative=False), prompts, n, temp, repeats)
-        if rt.sampling_plan:  # what a T > 0 request runs: the plan of `yggc compile --temp`
+        if rt.sampling_plan:  # what a T > 0 request runs: the plan priced at a temperature
             shape, speculate = rt.sampling_plan
             label = shape.short if speculate else "(no speculation)"
             results[f"T={temp} sampling plan {label}"] = measure(rt, rt.decoder(sampling=True), prompts, n, temp,

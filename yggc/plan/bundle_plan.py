@@ -192,7 +192,7 @@ def ranking_json(objective: ShapeEstimate | None, best_unpruned: ShapeEstimate |
 @dataclass(frozen=True)
 class SamplingPlan:
     """"sampling": the shape for requests at T > 0, ranked by expected tokens at the calibrated temperature and
-    checked by decoding at it (`yggc compile --temp`)."""
+    checked by decoding at it (`yggc compile --calib`, at `--temp`, default 1)."""
     shape: TreeShape
     objective: ShapeEstimate
     best_unpruned: ShapeEstimate

@@ -91,7 +91,8 @@ class Runtime:
         self.draft_runners: dict[tuple[int, int], object] = {}  # (D, W) -> compiled draft phase
         self.verify_runners: dict[tuple[int, int, int], object] = {}  # (D, W, V) -> compiled greedy verify phase
         self.policy: DepthPolicy | None = None  # the bundle's depth predictor, if it trained one that pays
-        # the plan calibrated at a temperature (`yggc compile --temp`): (shape, verdict) for T > 0 requests
+        # the plan calibrated at a temperature (`yggc compile --calib`, at --temp, default 1): (shape, verdict)
+        # for T > 0 requests
         self.sampling_plan: tuple[TreeShape, bool] | None = None
         self.rank_rates: tuple[float, ...] = RANK_ACCEPTANCE  # a sampled tree's price of each draw rank
         self.grammars: GrammarCompiler | None = None  # made at the first constrained request
