@@ -2,7 +2,7 @@
 
 A checkpoint directory holds `config.json`, `model.safetensors` (or shards listed in
 `model.safetensors.index.json`) and optionally `tokenizer.json`. Only JSON and safetensors are
-read: nothing is unpickled.
+read: nothing is unpickled. `write_weights` writes either form.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
 from .config import CheckpointError, ModelConfig
@@ -71,6 +72,40 @@ def read_hf_tensors(model_dir: Path, cut=None) -> dict[str, torch.Tensor]:
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
             raise CheckpointError(f"{f} cannot be read as safetensors ({e})") from None
     return tensors
+
+
+def shard_groups(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
+    """Tensor names (in the given order) -> consecutive groups of at most max_bytes each; a tensor larger than that
+    is a group of its own."""
+    groups: list[list[str]] = [[]]
+    used = 0
+    for name, size in sizes.items():
+        if groups[-1] and used + size > max_bytes:
+            groups.append([])
+            used = 0
+        groups[-1].append(name)
+        used += size
+    return groups
+
+
+def write_weights(tensors: dict[str, torch.Tensor], out_dir: Path, max_bytes: int,
+                  metadata: dict[str, str] | None = None) -> list[Path]:
+    """`tensors` as model.safetensors, or where they hold more than max_bytes, as shards holding at most that many
+    bytes of tensors (model-00001-of-0000N.safetensors, ...) listed in model.safetensors.index.json, as Hugging Face
+    writes them.
+    Returns the weight files written."""
+    sizes = {name: t.numel() * t.element_size() for name, t in tensors.items()}
+    groups = shard_groups(sizes, max_bytes)
+    if len(groups) == 1:
+        names = [WEIGHTS_FILE]
+    else:
+        names = [f"model-{i:05d}-of-{len(groups):05d}.safetensors" for i in range(1, len(groups) + 1)]
+        index = {"metadata": {"total_size": sum(sizes.values())},
+                 "weight_map": {t: name for name, group in zip(names, groups, strict=True) for t in group}}
+        (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=1))
+    for name, group in zip(names, groups, strict=True):
+        save_file({t: tensors[t].contiguous() for t in group}, str(out_dir / name), metadata=metadata)
+    return [out_dir / name for name in names]
 
 
 def to_graph_state(hf: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:

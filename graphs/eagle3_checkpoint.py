@@ -22,7 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .checkpoint import _check_dir, _read_json, load_config, materialize, read_hf_tensors, weight_files
+from .checkpoint import _check_dir, _read_json, load_config, materialize, read_hf_tensors, weight_files, write_weights
 from .config import CheckpointError, ModelConfig
 from .eagle3 import Eagle3Config, Eagle3Graph, default_feature_layers
 from .packed_table import PackedEmbedding
@@ -250,14 +250,20 @@ def public_state(graph: Eagle3Graph) -> dict[str, torch.Tensor]:
     return out
 
 
+# a head's weight files stay under 16 MiB each, so a head can ship inside the package: at most 15 MiB of tensors
+# per file (the rest is room for the file's header), shards above that
+MAX_FILE_BYTES = 15 * 2**20
+
+
 def save_eagle3(graph: Eagle3Graph, base_config: dict, out_dir: str | Path, extra_files: dict[str, str] | None = None) -> Path:
-    """Write a head folder atomically (a temporary folder renamed into place)."""
+    """Write a head folder atomically (a temporary folder renamed into place); weights in files holding at most
+    MAX_FILE_BYTES of tensors each."""
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:
         (tmp / "config.json").write_text(json.dumps(eagle3_config_json(graph.eagle, base_config), indent=1))
-        save_file(public_state(graph), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        write_weights(public_state(graph), tmp, MAX_FILE_BYTES, metadata={"format": "pt"})
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
         if out.exists():

@@ -115,7 +115,12 @@ def shipped_drafter(name: str, kind: str) -> Path:
     kinds = dict(model.drafters)
     if kind not in kinds:
         raise YggcError(f"no {kind} ships for {name}; shipped: {', '.join(kinds) or 'none'}")
+    from .graphs.checkpoint import weight_files  # torch: only once a drafter is asked for
+    from .graphs.config import CheckpointError
+
     folder = SHIPPED / kinds[kind]
-    if not (folder / "model.safetensors").is_file():
-        raise YggcError(f"{folder} has no model.safetensors: this yggc install is incomplete; reinstall yggc")
+    try:
+        weight_files(folder)  # model.safetensors, or the shards its index lists
+    except CheckpointError as e:
+        raise YggcError(f"{e}: this yggc install is incomplete; reinstall yggc") from None
     return folder

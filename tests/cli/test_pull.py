@@ -12,6 +12,7 @@ import torch
 from checkpoints import write_checkpoint
 from gguf_files import write_gguf
 from safetensors.torch import load_file
+from yggc.graphs.checkpoint import weight_files
 from yggc.graphs.gguf_import import import_gguf
 
 from yggc import pinned_models
@@ -109,7 +110,17 @@ def test_an_unknown_name_is_one_line(capsys):
 def test_the_shipped_drafters_paths(flag, folder, capsys):
     code, out, _ = pull(["smollm2", flag], capsys)
     path = Path(out.strip())
-    assert code == 0 and path.name == folder and (path / "model.safetensors").is_file()
+    assert code == 0 and path.name == folder and (path / "config.json").is_file() and weight_files(path)
+
+
+def test_a_shipped_drafter_missing_a_shard_is_one_line(capsys, tmp_path, monkeypatch):
+    head = tmp_path / "smollm2_eagle3"
+    head.mkdir()
+    (head / "model.safetensors.index.json").write_text('{"weight_map": {"fc.weight": "model-00001-of-00001.safetensors"}}')
+    monkeypatch.setattr(pinned_models, "SHIPPED", tmp_path)
+    code, _, err = pull(["smollm2", "--eagle3"], capsys)
+    assert code == 2 and err == (f"yggc: error: {head / 'model-00001-of-00001.safetensors'} is missing; the checkpoint "
+                                 "has no complete safetensors weights: this yggc install is incomplete; reinstall yggc\n")
 
 
 def test_a_drafter_kind_that_does_not_ship_is_one_line(index, capsys):

@@ -124,7 +124,15 @@ def test_shipped_drafter_is_lossless_in_bfloat16(smollm2):
 SHIPPED_EAGLE3 = Path(loading.__file__).parents[1] / "smollm2_eagle3"
 
 
-@pytest.mark.skipif(not (SHIPPED_EAGLE3 / "model.safetensors").is_file(), reason="no shipped SmolLM2 EAGLE-3 head")
+def test_shipped_eagle3_files_stay_under_16_mib():
+    """The head ships inside the package: its weights are shards (graphs.eagle3_checkpoint.MAX_FILE_BYTES)."""
+    from yggc.graphs.checkpoint import weight_files
+
+    assert len(weight_files(SHIPPED_EAGLE3)) == 2
+    assert all(p.stat().st_size < 16 * 2**20 for p in SHIPPED_EAGLE3.iterdir())
+
+
+@pytest.mark.skipif(not (SHIPPED_EAGLE3 / "config.json").is_file(), reason="no shipped SmolLM2 EAGLE-3 head")
 def test_shipped_eagle3_head_is_lossless(smollm2):
     """The trained EAGLE-3 head in the package (float32 verifier, eager): tree decoding of a held-out chat prompt
     equals autoregressive decoding, with drafts accepted."""
