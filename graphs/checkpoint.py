@@ -92,8 +92,7 @@ def write_weights(tensors: dict[str, torch.Tensor], out_dir: Path, max_bytes: in
                   metadata: dict[str, str] | None = None) -> list[Path]:
     """`tensors` as model.safetensors, or where they hold more than max_bytes, as shards holding at most that many
     bytes of tensors (model-00001-of-0000N.safetensors, ...) listed in model.safetensors.index.json, as Hugging Face
-    writes them.
-    Returns the weight files written."""
+    writes them. Returns the weight files written."""
     sizes = {name: t.numel() * t.element_size() for name, t in tensors.items()}
     groups = shard_groups(sizes, max_bytes)
     if len(groups) == 1:

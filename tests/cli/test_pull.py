@@ -116,11 +116,12 @@ def test_the_shipped_drafters_paths(flag, folder, capsys):
 def test_a_shipped_drafter_missing_a_shard_is_one_line(capsys, tmp_path, monkeypatch):
     head = tmp_path / "smollm2_eagle3"
     head.mkdir()
-    (head / "model.safetensors.index.json").write_text('{"weight_map": {"fc.weight": "model-00001-of-00001.safetensors"}}')
+    shard = head / "model-00001-of-00001.safetensors"
+    (head / "model.safetensors.index.json").write_text(f'{{"weight_map": {{"fc.weight": "{shard.name}"}}}}')
     monkeypatch.setattr(pinned_models, "SHIPPED", tmp_path)
     code, _, err = pull(["smollm2", "--eagle3"], capsys)
-    assert code == 2 and err == (f"yggc: error: {head / 'model-00001-of-00001.safetensors'} is missing; the checkpoint "
-                                 "has no complete safetensors weights: this yggc install is incomplete; reinstall yggc\n")
+    assert code == 2 and err == (f"yggc: error: {shard} is missing; the checkpoint has no complete safetensors "
+                                 "weights: this yggc install is incomplete; reinstall yggc\n")
 
 
 def test_a_drafter_kind_that_does_not_ship_is_one_line(index, capsys):

@@ -80,7 +80,8 @@ def test_serve_starts_quiet_uvicorn_with_one_startup_line(capsys, fake_load, mon
     assert code == 0 and "(greedy: tree D=3 W=2 V=5; T > 0: tree D=3 W=2 V=5, the greedy plan's, unpriced) at" in err
 
 
-@pytest.mark.parametrize("verdict, sampled", [(True, "tree D=1 W=1 V=1"), (False, "autoregressive (the plan's verdict)")])
+@pytest.mark.parametrize("verdict, sampled", [(True, "tree D=1 W=1 V=1"),
+                                              (False, "autoregressive (the plan's verdict)")])
 def test_the_startup_line_names_the_sampling_plan(capsys, fake_load, monkeypatch, demo_runtime, verdict, sampled):
     import uvicorn
 

@@ -50,8 +50,8 @@ def decoding_label(settings: ServeSettings, runtime: Runtime, sampling: bool) ->
 
 
 def startup_line(settings: ServeSettings, runtime: Runtime, host: str, port: int) -> str:
-    mode = ("suffix drafts" if settings.suffix
-            else f"greedy: {decoding_label(settings, runtime, False)}; T > 0: {decoding_label(settings, runtime, True)}")
+    greedy, sampled = (decoding_label(settings, runtime, sampling) for sampling in (False, True))
+    mode = "suffix drafts" if settings.suffix else f"greedy: {greedy}; T > 0: {sampled}"
     url_host = f"[{host}]" if ":" in host else host
     key = ", API key required" if settings.api_key else ""
     return (f"yggc: serving {settings.model_id!r} ({mode}) at http://{url_host}:{port}/v1 "
