@@ -7,6 +7,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))  # tests/checkpoints.py helpers
 
 from checkpoints import CONFIGS, write_checkpoint  # noqa: E402
+from eager_bundle import write_eager_bundle  # noqa: E402
 
 torch.set_num_threads(1)  # tiny models gain nothing from more; avoids oversubscription
 try:
@@ -57,6 +58,13 @@ def tree_code(request, monkeypatch) -> str:
 
         monkeypatch.setattr(host, "eager_cpu", lambda t: False)
     return request.param
+
+
+@pytest.fixture(scope="session")
+def eager_bundle(tmp_path_factory):
+    """A bundle of a tiny random pair without compiled packages (tests/eager_bundle.py): plan D2 W2 V3, calibrated
+    best unpruned tree D2 W2 V4, a profile, no sampling plan; its verifier has a chat template."""
+    return write_eager_bundle(tmp_path_factory.mktemp("eager"))
 
 
 @pytest.fixture(scope="session")

@@ -223,12 +223,10 @@ def test_run_with_suffix_branches_equals_the_verifier_alone(capsys, eagle3_head)
     expect_error(capsys, [*args, "--suffix", "--no-suffix"], "--suffix drafts from the text alone", "drop --no-suffix")
 
 
-def test_a_bundles_greedy_runs_add_suffix_branches_unless_told(capsys, tmp_path):
+def test_a_bundles_greedy_runs_add_suffix_branches_unless_told(capsys, eager_bundle):
     """Greedy: the drafter's tree with the text's suffix branches by default, without them under --no-suffix; at
     T > 0 only with --with-suffix. Every greedy run says the verifier alone's tokens."""
-    from eager_bundle import write_eager_bundle
-
-    bundle = str(write_eager_bundle(tmp_path))
+    bundle = str(eager_bundle)
     args = ["run", bundle, "--prompt-ids", "5,6,7,8,5,6,7,8,5,6", "-n", "24", "--json"]
     alone = json.loads(run(capsys, *args, "--no-spec")[1])
     assert not alone["suffix_branches"]
@@ -301,3 +299,10 @@ def test_a_plan_newer_than_this_yggc_is_one_line_and_exit_2(capsys, tmp_path, ch
                "re-run `yggc compile` with this yggc, or upgrade yggc")
     expect_error(capsys, ["inspect", str(edited)], *needles)
     expect_error(capsys, ["run", str(write(tmp_path / "newer", newer)), "--prompt-ids", "1,2", "-n", "2"], *needles)
+
+
+def test_inspect_names_a_missing_sampling_plan(capsys, eager_bundle):
+    """A bundle without a sampling plan: `yggc inspect` says what requests at T > 0 decode with."""
+    code, out, _ = run(capsys, "inspect", str(eager_bundle))
+    assert code == 0 and ("  sampling plan: none; requests at T > 0 draft the greedy plan's tree, unpriced at any "
+                          "temperature (`yggc compile --calib` prices one at T = 1)\n") in out
