@@ -48,6 +48,11 @@ CPU_GEMM_BACKENDS = "CPP"
 # constants: the C++ template cannot pack them, so their GEMMs need the BLAS (ATen) choice too.
 MOE_CPU_GEMM_BACKENDS = "CPP,ATEN"
 O2_TUNE_WIDTH = 4  # the width O2's GEMM blocking is tuned at: a typical verify width, cheap at 1 too
+# O2 on a CPU: a pointwise or norm kernel forks threads only where each gets this many elements at O2_TUNE_WIDTH rows
+# (Inductor's default, 512, forks every one). A fork-join costs ~1.2 us here, more than SmolLM2's 576-wide norms and
+# 1536-wide SiLU take on one thread: its verifier then forks 4 times a layer instead of 11, 1 row 0.3 ms faster and
+# 64 rows (a prefill chunk) 0.3-0.6 ms slower (docs/benchmarks/cpu-verify-curve.md). Bits do not change.
+CPU_MIN_CHUNK = 4096
 
 
 def constants_beside(opt: OptLevel, device: str, sparse: bool = False) -> bool:
@@ -63,6 +68,7 @@ def inductor_config(opt: OptLevel, device: str, sparse: bool = False) -> dict:
         avx512_bf16_gemm.register()
         avx2_bf16_gemm.register()
         config["max_autotune_gemm_backends"] = MOE_CPU_GEMM_BACKENDS if sparse else CPU_GEMM_BACKENDS
+        config["cpp.min_chunk_size"] = CPU_MIN_CHUNK
     return config
 
 

@@ -21,6 +21,12 @@ block (the only one at <= 10 rows), which keeps the memory busy under the arithm
 PREFETCH_ROWS rows it cost 2-6%; a software prefetch within the block's own stream made no difference (the
 hardware's already runs ahead there).
 
+Chunks: at 11-20 rows, where a block takes two passes, they take it CHUNK_PAIRS k pairs at a time, the first over a
+chunk prefetching the next (micro_gemm.CHUNKED): the second pass reads from L1 what the first has just streamed,
+and the memory never waits through a whole block's second pass. Same logits; the GEMMs of 12 rows 0.5-1.1 ms
+faster, of 16 rows 0.3-0.5 (Zen 5; chunks of 32 and 64 pairs lost at 16-20 rows, 96 and 288 gained less, and at
+three passes or more every size measured slower; docs/benchmarks/cpu-verify-curve.md).
+
 Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
 fp32-vector bf16 configs decline where this one applies (the template ranks larger register blocks first, not
 faster ones), on machines whose vector ISA has AVX512-BF16. AMX configs still outrank it. Row invariance: see
@@ -37,6 +43,8 @@ from . import micro_gemm
 # (block_m, block_n, block_k), the k pair as block_k: at most 10 rows a pass, 32 columns (see above)
 BLOCKINGS = ((10, 32, 2),)
 PREFETCH_ROWS = 3  # calls of fewer rows leave the weights to the hardware's prefetch (see above)
+CHUNK_PAIRS = 144  # at 11-20 rows the two passes over a column block take it 144 k pairs (18 KB) at a time
+ENTRY_OPTIONS = {"even_split": True, "prefetch_rows": PREFETCH_ROWS, "chunk_pairs": CHUNK_PAIRS}
 
 KERNEL = micro_gemm.kernel_source(512, r"""
     __m512i va;
@@ -80,4 +88,4 @@ def _usable(config, m, n, k, alpha, num_threads, **kwargs) -> bool:
 def register() -> bool:
     """Add the kernel to Inductor's micro-GEMM choices, once per process. -> whether it is registered."""
     return micro_gemm.register_vnni2_kernel("CppMicroGemmAVX512BF16", KERNEL, "VecAVX512", BLOCKINGS, _usable,
-                                            displace=True, even_split=True, prefetch_rows=PREFETCH_ROWS)
+                                            displace=True, **ENTRY_OPTIONS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import jinja2
 import torch
 
 # A kernel's frame: a template on the row count and the block's columns, over a row block of A, a k-pair
@@ -70,6 +71,46 @@ def kernel_source(bits: int, k_loop: str) -> str:
 # last pass over the last column block is handed the memory after this call's weights: where they are one packed
 # block (ldb == block_n), Inductor's template reads that next (its cache blocking gives each call one column block,
 # Nc_blocks = 1, in order: the same block's next k chunk, else the next column block).
+# chunk_pairs (with even_split and prefetch_rows): where a column block takes two passes, they take it chunk_pairs k
+# pairs at a time, the first pass over a chunk prefetching the next chunk (after the last, the next block's first),
+# the second reading the chunk from L1 (CHUNKED; at three passes or more it measured slower). A chunk after the first
+# adds to C what the earlier ones left there, in float: a row's sums run in the same k order as in one pass, so its
+# bits do not change.
+CHUNKED = r"""
+    if (passes == 2) {  // CHUNKED: the two passes over a column block take it chunk_pairs k pairs at a time
+        const int64_t step = 2 * {{chunk_pairs}};
+        for (int64_t n = 0; n < N; n += {{block_n}}) {
+            const {{input2_t}}* next_block = n + {{block_n}} < N ? B + 2 * (n + {{block_n}}) : after;
+            for (int64_t k0 = 0; k0 < K; k0 += step) {
+                const int64_t kc = std::min<int64_t>(step, K - k0);
+                const {{input2_t}}* next_chunk = k0 + kc < K ? B + 2 * n + (k0 + kc) * ldb : next_block;
+                int64_t m = 0;
+                for (int64_t pass = 0; pass < passes; ++pass) {
+                    const int64_t rows = (M - m + passes - pass - 1) / (passes - pass);
+                    const {{input2_t}}* a_next = pass == 0 ? next_chunk : nullptr;
+                    const {{input_t}}* a = A + m * lda + k0;
+                    const {{input2_t}}* b = B + 2 * n + k0 * ldb;
+                    {{output_t}}* c = C + m * ldc + n;
+                    switch (rows) {
+{%- for rows in range(block_m, 0, -1) %}
+                    case {{rows}}:
+                        if (accum || k0 > 0) {
+                            {{kernel_name}}_kernel<{{rows}}, {{block_n}}, true>(a, b, c, kc, lda, ldb, ldc, a_next);
+                        } else {
+                            {{kernel_name}}_kernel<{{rows}}, {{block_n}}, false>(a, b, c, kc, lda, ldb, ldc, a_next);
+                        }
+                        break;
+{%- endfor %}
+                    default:
+                        {{kernel.assert_function}}(false, "unsupported row count");
+                    }
+                    m += rows;
+                }
+            }
+        }
+        return;
+    }
+"""
 ENTRY = r"""
 {{declare_kernel}} {
     {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
@@ -81,6 +122,7 @@ ENTRY = r"""
     constexpr bool hand_next = false;
 {%- endif %}
     const {{input2_t}}* after = ldb == {{block_n}} ? B + K * ldb : nullptr;  // [K / 2, block_n, 2] ends here
+{%- if chunk_pairs %}""" + CHUNKED + r"""{%- endif %}
     int64_t m = 0;
     for (int64_t pass = 0; pass < passes; ++pass) {
 {%- if even_split %}
@@ -108,19 +150,28 @@ ENTRY = r"""
 }
 """
 
+
+def render(kernel: str, options: dict, template: Callable = jinja2.Template) -> str:
+    """The C++ of `kernel` and its entry (ENTRY) for the Jinja `options` a compile passes (Inductor's template
+    engine `template` there; tools/bench_weight_stream.py renders the same source with plain Jinja)."""
+    return template(kernel).render(options) + template(ENTRY).render(options)
+
+
 # extra_check(config, m, n, k, alpha, num_threads, **kwargs) -> whether a config may serve this GEMM
 Check = Callable[..., bool]
 
 
 def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, usable: Check,
-                          displace: bool = False, even_split: bool = False, prefetch_rows: int | None = None) -> bool:
+                          displace: bool = False, even_split: bool = False, prefetch_rows: int | None = None,
+                          chunk_pairs: int | None = None) -> bool:
     """Add the bf16 x bf16 -> fp32 micro-kernel `kernel` (a Jinja template defining {{kernel_name}}_kernel)
     to Inductor's choices for the vector ISA class `isa` of torch._inductor.cpu_vec_isa, at `blockings`
     (block_m, block_n, 2), where `usable` accepts. displace: Inductor's own bf16 kernels for that ISA
     decline wherever this one is usable (its ranking prefers larger register blocks, not faster ones).
     even_split: rows in even passes instead of whole blocks and a tail (ENTRY). prefetch_rows: from this many rows
     a call hands its kernels the next call's weights (next_B, ENTRY), for a kernel that prefetches them.
-    -> whether it is registered; call once per process."""
+    chunk_pairs (with even_split and prefetch_rows): two passes over a column block take it this many k pairs at
+    a time (CHUNKED). -> whether it is registered; call once per process."""
     try:
         import torch._inductor.lowering  # noqa: F401 (first: importing cpp_micro_gemm alone is a circular import)
         from torch._inductor import cpu_vec_isa
@@ -130,9 +181,9 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
         def codegen_define(self, template_kernel) -> str:
             options = {"declare_kernel": self.get_kernel_declaration(), "kernel": template_kernel,
                        "block_m": self.register_blocking.block_m, "block_n": self.register_blocking.block_n,
-                       "even_split": even_split, "prefetch_rows": prefetch_rows, **self.get_common_options()}
-            render = KernelTemplate._template_from_string
-            return render(kernel).render(options) + render(ENTRY).render(options)
+                       "even_split": even_split, "prefetch_rows": prefetch_rows, "chunk_pairs": chunk_pairs,
+                       **self.get_common_options()}
+            return render(kernel, options, KernelTemplate._template_from_string)
 
         cls = type(name, (mg.CppMicroGemm,), {"codegen_define": codegen_define,
                                               "get_b_layout": lambda self: mg.LayoutType.VNNI2})

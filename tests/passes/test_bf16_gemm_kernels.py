@@ -1,6 +1,7 @@
 """yggc's bf16 micro-kernels in O2's C++ GEMM template (passes/kernels/avx512_bf16_gemm.py, passes/kernels/avx2_bf16_gemm.py):
 each is ranked first exactly where its ISA applies; compiled, their fp32 sums of bf16 products are right,
-and rows are bit-identical whatever the row count. The AVX2 kernel runs on every x86 CPU with AVX2 (Inductor
+and rows are bit-identical whatever the row count (the AVX-512 kernel's passes over a block in chunks of k pairs
+included). The AVX2 kernel runs on every x86 CPU with AVX2 (Inductor
 compiles for AVX2 at simdlen 256), and its sums are exactly the sequential fp32 sums."""
 
 import zipfile
@@ -62,11 +63,12 @@ class _Mlp(torch.nn.Module):
     def __init__(self):
         super().__init__()
         g = torch.Generator().manual_seed(0)
-        # N = 240 and 200: a whole number of 48-column blocks, and a padded tail
-        self.w1 = torch.nn.Parameter(torch.randn(96, 240, generator=g).bfloat16(), requires_grad=False)
-        self.w2 = torch.nn.Parameter(torch.randn(240, 200, generator=g).bfloat16() / 16, requires_grad=False)
+        # N = 672 and 200: a whole number of 32- and 48-column blocks, and a padded tail; K = 672: 336 k pairs, more
+        # than one chunk of the AVX-512 kernel's passes (CHUNK_PAIRS)
+        self.w1 = torch.nn.Parameter(torch.randn(96, 672, generator=g).bfloat16(), requires_grad=False)
+        self.w2 = torch.nn.Parameter(torch.randn(672, 200, generator=g).bfloat16() / 16, requires_grad=False)
 
-    def forward(self, x):  # x [M, 96] -> ([M, 240], [M, 200])
+    def forward(self, x):  # x [M, 96] -> ([M, 672], [M, 200])
         h = x @ self.w1
         return h, h @ self.w2
 
@@ -105,7 +107,10 @@ def assert_rows_invariant(compiled, x, outputs) -> None:
 @pytest.mark.skipif(not HAS_AVX512_KERNEL, reason="needs a CPU with AVX512-BF16 and without AMX")
 @torch.inference_mode()
 def test_avx512_kernel_sums_right_and_keeps_rows_invariant(tmp_path):
-    mlp, compiled = compile_mlp(tmp_path, ("_mm512_dpbf16_ps", "_mm_prefetch(next + "))  # and the next call's weights
+    assert 336 > avx512_bf16_gemm.CHUNK_PAIRS
+    # the next call's weights prefetched; from 11 rows, passes over a column block in chunks of k pairs
+    markers = ("_mm512_dpbf16_ps", "_mm_prefetch(next + ", f"step = 2 * {avx512_bf16_gemm.CHUNK_PAIRS}")
+    mlp, compiled = compile_mlp(tmp_path, markers)
     x = torch.randn(19, 96, generator=torch.Generator().manual_seed(1)).bfloat16()
     h, y = compiled(x)
     # bf16 x bf16 products are exact in fp32; only the fp32 sums' order and the bf16 outputs round
