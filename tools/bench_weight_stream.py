@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Does a verify GEMM's arithmetic overlap its weight stream? yggc's AVX512-BF16 micro-kernel, alone.
 
-The kernel Inductor's GEMM template gets on AVX512-BF16 CPUs without AMX (passes/kernels/avx512_bf16_gemm.py,
-rendered as a compile renders it) runs in a small C++ harness (tools/weight_stream.cpp) over `--mb` MB of packed
-bf16 weights (SmolLM2's linear layers are 212 MB), two threads each streaming its half, at each row count; and over
-one 36 KB block per thread that stays in L1, the same calls: the arithmetic alone. Rows pass as a compile's kernels
-pass them (at most 10 a pass, split evenly; the next block's weights handed to the last pass from PREFETCH_ROWS
-rows). Printed, per row count, medians over `--repeats` rounds taken in turn: the stream's time, the arithmetic's,
+The kernel and entry Inductor's GEMM template gets on AVX512-BF16 CPUs without AMX (passes/kernels/avx512_bf16_gemm.py
+and micro_gemm.py, rendered as a compile renders them) run in a small C++ harness (tools/weight_stream.cpp) over
+`--mb` MB of packed bf16 weights (SmolLM2's linear layers are 212 MB), two threads each streaming its half, at each
+row count: at most 10 rows a pass, split evenly, two passes in chunks of k pairs, the next weights prefetched from
+PREFETCH_ROWS rows. Beside it the arithmetic alone: the same row passes of the kernel over one 36 KB block per
+thread that stays in L1, nothing prefetched. `--chunk-pairs` renders the entry with other chunk sizes (0: none) and
+times them in turn. Printed, per row count, medians over `--repeats` rounds: the stream's time, the arithmetic's,
 the 1-row stream's (the weights at the memory's speed), and how much of the shorter of the two extra parts the
 stream hid: overlap = (T(1) + arithmetic - T(R)) / min(T(1), arithmetic) (1: fully hidden, 0: they add).
 

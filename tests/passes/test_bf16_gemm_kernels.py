@@ -108,7 +108,7 @@ def assert_rows_invariant(compiled, x, outputs) -> None:
 @torch.inference_mode()
 def test_avx512_kernel_sums_right_and_keeps_rows_invariant(tmp_path):
     assert 336 > avx512_bf16_gemm.CHUNK_PAIRS
-    # the next call's weights prefetched; from 11 rows, passes over a column block in chunks of k pairs
+    # the next call's weights prefetched; at 11-20 rows, two passes over a column block in chunks of k pairs
     markers = ("_mm512_dpbf16_ps", "_mm_prefetch(next + ", f"step = 2 * {avx512_bf16_gemm.CHUNK_PAIRS}")
     mlp, compiled = compile_mlp(tmp_path, markers)
     x = torch.randn(19, 96, generator=torch.Generator().manual_seed(1)).bfloat16()
