@@ -16,8 +16,11 @@
 namespace {
 
 constexpr int64_t kSlots = 16;  // slots per block: one 32-bit lane each
-// Row-heads whose accumulators stay in registers beside the 16 key vectors: 12 independent VDPBF16PS chains keep two
-// a cycle going at their latency (8: SmolLM2's 30 attention calls of 16 rows 0.09-0.12 ms slower on a Zen 5).
+// Row-heads whose accumulators stay in registers: 12 independent VDPBF16PS chains keep two a cycle going at their
+// latency. The transposed key vectors are read back from L1 one at a time (keys_t below), not held in 16 registers,
+// which left too few for 12 accumulators (one spilled, its chain through a store and a load). SmolLM2's 30
+// attention calls on a Zen 5: 8 rows 1.00-1.05 -> 0.87-0.93 ms, 16 rows 1.60-1.65 -> 1.39-1.43 against 8 row-heads
+// beside 16 key registers; 16 row-heads alike, 24 slower.
 constexpr int64_t kRows = 12;
 
 void transpose_16x16_epi32(__m512i r[16]) {
@@ -52,9 +55,11 @@ __attribute__((always_inline)) inline void dot_block(const __m512i* r, const int
                                                      int64_t c, float* scores, int64_t sp, __m512 scale) {
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = c == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(scores + i * sp);
-  for (int j = 0; j < 16; ++j)
+  for (int j = 0; j < 16; ++j) {
+    const __m512i key = _mm512_load_si512(r + j);
     for (int i = 0; i < R; ++i)
-      acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_set1_epi32(pairs[i * n_pairs + c + j]), (__m512bh)r[j]);
+      acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_set1_epi32(pairs[i * n_pairs + c + j]), (__m512bh)key);
+  }
   const bool last = c + 16 == n_pairs;
   for (int i = 0; i < R; ++i) _mm512_storeu_ps(scores + i * sp, last ? _mm512_mul_ps(acc[i], scale) : acc[i]);
 }
@@ -105,10 +110,13 @@ void pair_scores(const at::BFloat16* keys, int64_t keys_kv_stride, const at::BFl
         for (int64_t l = 0; l < kSlots; ++l)  // lanes past S repeat the last slot
           r[l] = _mm512_loadu_si512(base + std::min(s0 + l, S - 1) * slot_stride + 2 * c);
         transpose_16x16_epi32(r);
+        alignas(64) __m512i keys_t[16];  // the block transposed, read back a vector at a time (kRows)
+        for (int64_t l = 0; l < kSlots; ++l) _mm512_store_si512(keys_t + l, r[l]);
+        asm volatile("" ::: "memory");  // so the compiler reloads them rather than keep all 16 in registers
         int64_t i = 0;
         for (; i + kRows <= per_kv; i += kRows)
-          dot_block<kRows>(r, kv_pairs + i * n_pairs, n_pairs, c, kv_scores + i * sp, sp, scale);
-        dot_rest<kRows - 1>(r, kv_pairs + i * n_pairs, n_pairs, c, kv_scores + i * sp, sp, scale, per_kv - i);
+          dot_block<kRows>(keys_t, kv_pairs + i * n_pairs, n_pairs, c, kv_scores + i * sp, sp, scale);
+        dot_rest<kRows - 1>(keys_t, kv_pairs + i * n_pairs, n_pairs, c, kv_scores + i * sp, sp, scale, per_kv - i);
       }
       if (values_f == nullptr) continue;
       for (int64_t s = s0; s < std::min(s0 + kSlots, S); ++s) {
