@@ -18,9 +18,9 @@ namespace {
 constexpr int64_t kSlots = 16;  // slots per block: one 32-bit lane each
 // Row-heads whose accumulators stay in registers: 12 independent VDPBF16PS chains keep two a cycle going at their
 // latency. The transposed key vectors are read back from L1 one at a time (keys_t below), not held in 16 registers,
-// which left too few for 12 accumulators (one spilled, its chain through a store and a load). SmolLM2's 30
-// attention calls on a Zen 5: 8 rows 1.00-1.05 -> 0.87-0.93 ms, 16 rows 1.60-1.65 -> 1.39-1.43 against 8 row-heads
-// beside 16 key registers; 16 row-heads alike, 24 slower.
+// which left too few for 12 accumulators (one spilled, its chain through a store and a load). A SmolLM2 step's 30
+// attention calls on a Zen 5 (tools/bench_attention_op.py), against 8 row-heads beside 16 key registers: 16 rows
+// 1.26-1.54 -> 1.10-1.25 ms, 8 rows 0.77-0.99 -> 0.71-0.84 (four runs); 16 row-heads alike, 24 slower.
 constexpr int64_t kRows = 12;
 
 void transpose_16x16_epi32(__m512i r[16]) {
