@@ -1,6 +1,6 @@
 // Harness of tools/bench_weight_stream.py: yggc's AVX512-BF16 GEMM micro-kernel and its entry, rendered from
-// passes/kernels/avx512_bf16_gemm.py into KERNEL_SOURCE as a compile renders them (yggc_gemm: passes of at most 10
-// rows, the next weights prefetched), over packed weights streamed from memory; and the kernel's arithmetic alone,
+// passes/kernels into KERNEL_SOURCE as a compile renders them (yggc_gemm: passes of at most 10 rows, two in chunks,
+// the next weights prefetched), over packed weights streamed from memory; and the kernel's arithmetic alone,
 // the same row passes over one block that stays in L1, nothing prefetched.
 //
 //   weight_stream time MB ROWS... REPEATS   -> one line per (rows, mode): "rows stream|arithmetic ms"
@@ -38,7 +38,7 @@ float widen(bf16 x) {
   return f;
 }
 
-bf16 random_bf16(uint32_t& state) {  // values in [1, 2) with 8 random mantissa bits, either sign
+bf16 random_bf16(uint32_t& state) {  // values in [1, 2) with random mantissas (7 bits), either sign
   state = state * 1664525u + 1013904223u;
   return static_cast<bf16>(0x3f80 | (state >> 24 & 0x7f) | (state >> 16 & 0x8000));
 }
