@@ -22,10 +22,11 @@ PREFETCH_ROWS rows it cost 2-6%; a software prefetch within the block's own stre
 hardware's already runs ahead there).
 
 Chunks: at 11-20 rows, where a block takes two passes, they take it CHUNK_PAIRS k pairs at a time, the first over a
-chunk prefetching the next (micro_gemm.CHUNKED): the second pass reads from L1 what the first has just streamed,
-and the memory never waits through a whole block's second pass. Same logits; SmolLM2's 12-row verify call 0.5-0.6 ms
-faster, its 16-row call 0.2-0.6 (Zen 5; chunks of 32 and 64 pairs lost at 16-20 rows, 96 and 288 gained less, and
-at three passes or more every size measured slower; docs/benchmarks/cpu-verify-curve.md).
+chunk prefetching the next (micro_gemm.ENTRY's CHUNKED branch): the second pass reads from L1 what the first has
+just streamed, and the memory never waits through a whole block's second pass. Same logits; SmolLM2's 12-row
+verify call 0.5-0.6 ms faster, its 16-row call 0.2-0.6 (Zen 5; chunks of 32 and 64 pairs were no faster or up to
+0.6 ms slower at 16-20 rows, 96 and 288 gained less, and at three passes or more every size measured slower;
+docs/benchmarks/cpu-verify-curve.md).
 
 Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
 fp32-vector bf16 configs decline where this one applies (the template ranks larger register blocks first, not

@@ -73,45 +73,19 @@ def kernel_source(bits: int, k_loop: str) -> str:
 # Nc_blocks = 1, in order: the same block's next k chunk, else the next column block).
 # chunk_pairs (with even_split and prefetch_rows): where a column block takes two passes, they take it chunk_pairs k
 # pairs at a time, the first pass over a chunk prefetching the next chunk (after the last, the next block's first),
-# the second reading the chunk from L1 (CHUNKED; at three passes or more it measured slower). A chunk after the first
-# adds to C what the earlier ones left there, in float: a row's sums run in the same k order as in one pass, so its
-# bits do not change.
-CHUNKED = r"""
-    if (passes == 2) {  // CHUNKED: the two passes over a column block take it chunk_pairs k pairs at a time
-        const int64_t step = 2 * {{chunk_pairs}};
-        for (int64_t n = 0; n < N; n += {{block_n}}) {
-            const {{input2_t}}* next_block = n + {{block_n}} < N ? B + 2 * (n + {{block_n}}) : after;
-            for (int64_t k0 = 0; k0 < K; k0 += step) {
-                const int64_t kc = std::min<int64_t>(step, K - k0);
-                const {{input2_t}}* next_chunk = k0 + kc < K ? B + 2 * n + (k0 + kc) * ldb : next_block;
-                int64_t m = 0;
-                for (int64_t pass = 0; pass < passes; ++pass) {
-                    const int64_t rows = (M - m + passes - pass - 1) / (passes - pass);
-                    const {{input2_t}}* a_next = pass == 0 ? next_chunk : nullptr;
-                    const {{input_t}}* a = A + m * lda + k0;
-                    const {{input2_t}}* b = B + 2 * n + k0 * ldb;
-                    {{output_t}}* c = C + m * ldc + n;
-                    switch (rows) {
-{%- for rows in range(block_m, 0, -1) %}
-                    case {{rows}}:
-                        if (accum || k0 > 0) {
-                            {{kernel_name}}_kernel<{{rows}}, {{block_n}}, true>(a, b, c, kc, lda, ldb, ldc, a_next);
-                        } else {
-                            {{kernel_name}}_kernel<{{rows}}, {{block_n}}, false>(a, b, c, kc, lda, ldb, ldc, a_next);
-                        }
-                        break;
-{%- endfor %}
-                    default:
-                        {{kernel.assert_function}}(false, "unsupported row count");
-                    }
-                    m += rows;
-                }
-            }
-        }
-        return;
-    }
-"""
+# the second reading the chunk from L1 (ENTRY's CHUNKED branch; at three passes or more it measured slower). A chunk
+# after the first adds to C what the earlier ones left there, in float: a row's sums run in the same k order as in
+# one pass, so its bits do not change. Both branches call the kernel through one switch on the row count
+# (call_kernel).
 ENTRY = r"""
+{%- macro call_kernel(accum) %}
+            switch (rows) {  // the kernel instantiated at this pass's row count
+{%- for r in range(block_m, 0, -1) %}
+            case {{r}}: {{kernel_name}}_kernel<{{r}}, {{block_n}}, {{accum}}>(a, b, c, k, lda, ldb, ldc, next_b); break;
+{%- endfor %}
+            default: {{kernel.assert_function}}(false, "unsupported row count");
+            }
+{%- endmacro %}
 {{declare_kernel}} {
     {{kernel.assert_function}}(N % {{block_n}} == 0, "N dimension must be multiple of {{block_n}}");
     {{kernel.assert_function}}(K % 2 == 0, "K dimension must be even");
@@ -122,28 +96,49 @@ ENTRY = r"""
     constexpr bool hand_next = false;
 {%- endif %}
     const {{input2_t}}* after = ldb == {{block_n}} ? B + K * ldb : nullptr;  // [K / 2, block_n, 2] ends here
-{%- if chunk_pairs %}""" + CHUNKED + r"""{%- endif %}
-    int64_t m = 0;
-    for (int64_t pass = 0; pass < passes; ++pass) {
+    auto rows_of = [&](int64_t m, int64_t pass) -> int64_t {  // pass `pass`'s rows, m rows before it
 {%- if even_split %}
-        const int64_t rows = (M - m + passes - pass - 1) / (passes - pass);
+        return (M - m + passes - pass - 1) / (passes - pass);
 {%- else %}
-        const int64_t rows = std::min<int64_t>({{block_m}}, M - m);
+        return std::min<int64_t>({{block_m}}, M - m);
 {%- endif %}
-        switch (rows) {
-{%- for rows in range(block_m, 0, -1) %}
-        case {{rows}}:
-            for (int64_t n = 0; n < N; n += {{block_n}}) {
-                // the weights of the next call, unless it is the next pass over these (in cache by then)
-                const {{input2_t}}* next_B = !hand_next ? nullptr : n + {{block_n}} < N ? B + 2 * (n + {{block_n}})
-                                           : pass + 1 < passes ? nullptr : after;
-                {{kernel_name}}_kernel<{{rows}}, {{block_n}}, accum>(A + m * lda, B + 2 * n, C + m * ldc + n, K,
-                                                                    lda, ldb, ldc, next_B);
+    };
+{%- if chunk_pairs %}
+    if (passes == 2) {  // CHUNKED: the two passes over a column block take it chunk_pairs k pairs at a time
+        const int64_t step = 2 * {{chunk_pairs}};
+        for (int64_t n = 0; n < N; n += {{block_n}}) {
+            const {{input2_t}}* next_block = n + {{block_n}} < N ? B + 2 * (n + {{block_n}}) : after;
+            for (int64_t k0 = 0; k0 < K; k0 += step) {
+                const int64_t k = std::min<int64_t>(step, K - k0);
+                const {{input2_t}}* next_chunk = k0 + k < K ? B + 2 * n + (k0 + k) * ldb : next_block;
+                for (int64_t pass = 0, m = 0; pass < passes; ++pass) {
+                    const int64_t rows = rows_of(m, pass);
+                    const {{input_t}}* a = A + m * lda + k0;
+                    const {{input2_t}}* b = B + 2 * n + k0 * ldb;
+                    {{output_t}}* c = C + m * ldc + n;
+                    const {{input2_t}}* next_b = pass == 0 ? next_chunk : nullptr;
+                    if (accum || k0 > 0) {
+                        {{- call_kernel("true") }}
+                    } else {
+                        {{- call_kernel("false") }}
+                    }
+                    m += rows;
+                }
             }
-            break;
-{%- endfor %}
-        default:
-            {{kernel.assert_function}}(false, "unsupported row count");
+        }
+        return;
+    }
+{%- endif %}
+    for (int64_t pass = 0, m = 0; pass < passes; ++pass) {
+        const int64_t rows = rows_of(m, pass), k = K;
+        const {{input_t}}* a = A + m * lda;
+        for (int64_t n = 0; n < N; n += {{block_n}}) {
+            const {{input2_t}}* b = B + 2 * n;
+            {{output_t}}* c = C + m * ldc + n;
+            // the weights of the next call, unless it is the next pass over these (in cache by then)
+            const {{input2_t}}* next_b = !hand_next ? nullptr : n + {{block_n}} < N ? B + 2 * (n + {{block_n}})
+                                       : pass + 1 < passes ? nullptr : after;
+            {{- call_kernel("accum") }}
         }
         m += rows;
     }
@@ -171,7 +166,7 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
     even_split: rows in even passes instead of whole blocks and a tail (ENTRY). prefetch_rows: from this many rows
     a call hands its kernels the next call's weights (next_B, ENTRY), for a kernel that prefetches them.
     chunk_pairs (with even_split and prefetch_rows): two passes over a column block take it this many k pairs at
-    a time (CHUNKED). -> whether it is registered; call once per process."""
+    a time (ENTRY's CHUNKED branch). -> whether it is registered; call once per process."""
     try:
         import torch._inductor.lowering  # noqa: F401 (first: importing cpp_micro_gemm alone is a circular import)
         from torch._inductor import cpu_vec_isa
