@@ -26,20 +26,17 @@ import torch
 from yggc.passes.kernels import kernel_library
 
 from yggc.artifacts import cache_layout, kernel_ops
+from yggc.tree import token_tree
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS = 9, 3, 64, 30  # SmolLM2-135M
 
 
 def tree_mask(width: int, context: int, slots: int) -> torch.Tensor:
-    """[W, slots]: every row sees the context, itself and its ancestors in a binary tree (row w's parent (w-1)//2)."""
-    mask = torch.zeros(width, slots, dtype=torch.bool)
-    mask[:, :context] = True
-    for w in range(width):
-        node = w
-        while node >= 0:
-            mask[w, context + node] = True
-            node = (node - 1) // 2 if node else -1
-    return mask
+    """[W, slots]: every row sees the context, itself and its ancestors in a binary tree (row w's parent (w-1)//2),
+    as the runtime builds a verify call's mask (yggc.tree.token_tree)."""
+    tree = token_tree.TokenTree.from_root(0, width)
+    tree.parents[1:] = (torch.arange(1, width) - 1) // 2
+    return token_tree.tree_mask(context, tree.ancestor_mask(), slots)
 
 
 def step_inputs(width: int, context: int, seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
