@@ -55,9 +55,18 @@ def test_matches_float64_attention(dtype, tol, H, n_kv, hd, op):
     torch.testing.assert_close(out.double(), reference(q, keys, values, mask), atol=tol, rtol=tol)
 
 
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """v3 shares a call's rows out in runs per key/value head by the thread count (one run a head on 1 thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("dtype,hd", [(torch.float32, 64), (torch.bfloat16, 64), (torch.bfloat16, 96)])
 @pytest.mark.parametrize("op", OPS)
-def test_rows_do_not_depend_on_width_or_slot_placement(dtype, hd, op):
+def test_rows_do_not_depend_on_width_or_slot_placement(dtype, hd, op, threads):
     """Row j of a 33-row tree call equals a one-row call over the same keys, both at the tree's slots and
     compacted to consecutive slots after the prefix (the autoregressive layout)."""
     prefix, rows = 90, 33
@@ -83,11 +92,14 @@ def test_rows_do_not_depend_on_width_or_slot_placement(dtype, hd, op):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_strided_queries_and_mask_read_as_their_copies(dtype):
-    """q as the graphs pass it (a transposed [W, H, hd] view) and a mask cut from a wider one: read through
-    their strides, bit for bit what their contiguous copies give."""
+@pytest.mark.parametrize("head_dim_apart", [False, True])
+def test_strided_queries_and_mask_read_as_their_copies(dtype, head_dim_apart):
+    """q as the graphs pass it (a transposed [W, H, hd] view; or with head_dim's elements apart) and a mask cut
+    from a wider one: read through their strides, bit for bit what their contiguous copies give."""
     keys, values = cache_views(3, 64, 40, 64, dtype, seed=4)
     q = torch.randn(5, 9, 64, generator=torch.Generator().manual_seed(5)).to(dtype).transpose(0, 1)  # [H, W, hd]
+    if head_dim_apart:
+        q = q.permute(2, 1, 0).contiguous().permute(2, 1, 0)  # same values, head_dim the outermost in memory
     wide = torch.rand(5, 2, 40, generator=torch.Generator().manual_seed(6)) < 0.6
     wide[:, :, 0] = True
     mask = wide[:, 1]  # [W, S], row stride 80
@@ -97,12 +109,13 @@ def test_strided_queries_and_mask_read_as_their_copies(dtype):
     assert torch.equal(out, kernel_ops.attend_rows(q.contiguous(), keys, values, mask.contiguous()))
 
 
-def test_a_row_that_sees_nothing_is_zero():
-    keys, values = cache_views(1, 8, 8, 16, torch.float32, seed=3)
+@pytest.mark.parametrize("dtype,hd", [(torch.float32, 16), (torch.bfloat16, 64)])
+def test_a_row_that_sees_nothing_is_zero(dtype, hd):
+    keys, values = cache_views(1, 8, 8, hd, dtype, seed=3)
     mask = torch.zeros(2, 8, dtype=torch.bool)
     mask[1, :3] = True
-    out = kernel_ops.attend_rows(torch.randn(2, 2, 16), keys, values, mask)
-    assert torch.equal(out[:, 0], torch.zeros(2, 16)) and out[:, 1].abs().sum() > 0
+    out = kernel_ops.attend_rows(torch.randn(2, 2, hd).to(dtype), keys, values, mask)
+    assert torch.equal(out[:, 0], torch.zeros(2, hd, dtype=dtype)) and out[:, 1].abs().sum() > 0
 
 
 def test_bad_shapes_are_refused_with_a_message():

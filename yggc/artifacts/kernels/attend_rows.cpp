@@ -1,18 +1,19 @@
 // Masked GQA attention for the compiled CPU graphs: the op yggc::attend_rows_v3.
 //
 // A task is one query row and up to kHeads query heads that share a key/value head (they share the row's
-// mask and every key and value load); a row's tasks run one after another on one thread, which lists the row's
-// visible slots once. Every sum over cache slots runs in slot order over the row's visible slots only; every
-// per-slot operation is the same instruction sequence whichever slot or lane it lands on. So a row's result is
-// bit-identical whatever the number of rows in the call and wherever its visible keys sit in the cache: the
-// tree-verify and the autoregressive layouts of the same keys give the same bits.
+// mask and every key and value load). Every sum over cache slots runs in slot order over the row's visible slots
+// only; every per-slot operation is the same instruction sequence whichever slot or lane it lands on. So a row's
+// result is bit-identical whatever the number of rows in the call and wherever its visible keys sit in the cache:
+// the tree-verify and the autoregressive layouts of the same keys give the same bits.
 //
-// bf16 on a CPU with AVX512-BF16 (head_dim a multiple of 32): the scores of every row come first, from
-// pair_scores.cpp (slots in the lanes, keys loaded once for all rows), and a task reads its visible slots' scores.
-// v3 then rounds the softmax numerators to bf16 and weights the values with VDPBF16PS, two slots per instruction
-// (pair_values; torch's CPU flash attention rounds them to bf16 too). v2, which packages compiled before v3 call,
-// weights them in float, from kWidenRows rows with the values widened once for all rows; v1, which packages
-// compiled before v2 call, scores each slot with a lane reduction per task.
+// bf16 on a CPU with AVX512-BF16 (head_dim a multiple of 32), v3 (attend_units): one parallel region of units, a
+// key/value head and a run of rows each. A unit scores its rows' query heads at every slot with pair_scores.cpp
+// (slots in the lanes, keys loaded once for all its rows), then per task rounds the softmax numerators, read straight
+// from those scores, to bf16 and weights the values with VDPBF16PS, two slots per instruction (pair_values; torch's
+// CPU flash attention rounds them to bf16 too). v2, which packages compiled before v3 call, scores every row first
+// in a parallel pass of its own and weights the values in float, from kWidenRows rows with the values widened once
+// for all rows; v1, which packages compiled before v2 call, scores each slot with a lane reduction per task. Both,
+// and v3 elsewhere, run a row's tasks one after another on one thread, which lists the row's visible slots once.
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,12 +21,15 @@
 #include <ATen/cpu/vec/vec.h>
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #if defined(__AVX512BF16__)
 namespace yggc {  // pair_scores.cpp
 void query_pairs(const at::BFloat16* q, int64_t H, int64_t W, int64_t hd, int64_t qh, int64_t qw, int64_t qd,
-                 int32_t* pairs);
+                 int64_t G, int32_t* pairs);
+void pair_scores_rows(const at::BFloat16* keys, int64_t slot_stride, int64_t S, int64_t hd, const int32_t* pairs,
+                      int64_t R, float* scores, int64_t sp);
 void pair_scores(const at::BFloat16* keys, int64_t keys_kv_stride, const at::BFloat16* values, int64_t values_kv_stride,
                  int64_t slot_stride, int64_t KV, int64_t S, int64_t hd, const int32_t* pairs, int64_t per_kv,
                  float* scores, int64_t sp, float* values_f);
@@ -62,11 +66,11 @@ struct Task {
   int64_t ng, hd;        // heads in the task, head_dim
   const int32_t* slots;  // [n] visible slots, ascending
   int64_t n;
+  int64_t run;           // slots 0..run-1 all visible (the cached prefix): slots[i] == i below it
   int64_t slot_stride;   // elements between consecutive slots of the key/value cache
   const float* scores;   // the first head's scores at every slot (heads head_scores apart), or null: score here
   int64_t head_scores;
   const float* values_f; // the key/value head's values widened to float [S, hd], or null: widen them here
-  int32_t* pp;           // v3, bf16 with scores: room for the numerators as bf16 pairs [kHeads, stride / 2]; else null
 };
 
 // scores[h * stride + i] = q_h . keys[slots[i]] / sqrt(hd): per block of head_dim, independent lane products
@@ -148,27 +152,51 @@ void weighted_values(const Task& t, const float* p, int64_t stride, const TV* va
 }
 
 #if defined(__AVX512BF16__)
-// v3's weighted values for bf16 where pair_scores.cpp scored the row: the numerators p (float, zero past n up to
-// whole blocks of 32) rounded to bf16, and summed as rounded in 16 lanes; then VDPBF16PS over the visible slots in
-// pairs, (slots[2i], slots[2i + 1]) from the start (an odd last one paired with itself at p = 0), two value rows
-// interleaved per pair. Every pair is the same instruction sequence wherever its slots sit, so the bits depend only
-// on the row's visible keys and values, in order.
-template <int NG, int NX>  // NX: 32-column halves of head_dim per pass over the slots
-void pair_values_as(const Task& t, const float* p, int64_t stride, int32_t* pp, const at::BFloat16* values,
-                    at::BFloat16* out, int64_t out_stride) {
-  const int64_t n_pairs = (t.n + 1) / 2, pstride = stride / 2;
-  float total[kHeads];
+// A head's scores at the row's visible slots i..i+15, -inf past the last: a load inside the row's cached prefix
+// (slots 0..run-1 all visible), a gather beyond it.
+inline Vec visible_scores(const float* from, const int32_t* slots, int64_t n, int64_t run, int64_t i) {
+  if (i + kLanes <= run) return Vec::loadu(from + i);
+  if (i >= n) return Vec(-INFINITY);
+  const __mmask16 m = n - i >= kLanes ? 0xFFFF : static_cast<__mmask16>((1u << (n - i)) - 1);
+  return _mm512_mask_i32gather_ps(_mm512_set1_ps(-INFINITY), m, _mm512_maskz_loadu_epi32(m, slots + i), from, 4);
+}
+
+// v3's softmax numerators where pair_scores.cpp scored the row, read straight from its scores: exp(score - max)
+// over the row's visible slots in order (0 past them, up to whole blocks of 32), rounded to bf16 in pairs
+// (pp [NG, pstride]), and each head's sum as rounded, in 16 lanes (total).
+template <int NG>
+void pair_numerators(const Task& t, int32_t* pp, int64_t pstride, float* total) {
+  const int64_t n = t.n, run = t.run, n_pairs = (n + 1) / 2;
+  const float* from[NG];
+  Vec top[NG];  // the heads side by side: independent chains
+  for (int64_t h = 0; h < NG; ++h) from[h] = t.scores + h * t.head_scores, top[h] = Vec(-INFINITY);
+  for (int64_t i = 0; i < n; i += kLanes)  // a maximum is the same in any order
+    for (int64_t h = 0; h < NG; ++h) top[h] = at::vec::maximum(top[h], visible_scores(from[h], t.slots, n, run, i));
+  __m512 sum[NG];
   for (int64_t h = 0; h < NG; ++h) {
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n_pairs; i += 16) {  // 32 numerators -> 16 pairs, in order
-      const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + h * stride + 2 * i + 16),
-                                             _mm512_loadu_ps(p + h * stride + 2 * i));
-      _mm512_storeu_si512(pp + h * pstride + i, (__m512i)b);
-      const __m512i lo = _mm512_slli_epi32((__m512i)b, 16), hi = _mm512_and_si512((__m512i)b, _mm512_set1_epi32(-65536));
-      sum = _mm512_add_ps(_mm512_add_ps(sum, _mm512_castsi512_ps(lo)), _mm512_castsi512_ps(hi));
-    }
-    total[h] = _mm512_reduce_add_ps(sum);
+    top[h] = Vec(at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return at::vec::maximum(x, y); }, top[h]));
+    sum[h] = _mm512_setzero_ps();
   }
+  for (int64_t i = 0; i < n_pairs; i += 16)  // 32 numerators -> 16 pairs, in order
+    for (int64_t h = 0; h < NG; ++h) {
+      const Vec lo = (visible_scores(from[h], t.slots, n, run, 2 * i) - top[h]).exp_u20();
+      const Vec hi = (visible_scores(from[h], t.slots, n, run, 2 * i + kLanes) - top[h]).exp_u20();
+      const __m512bh b = _mm512_cvtne2ps_pbh(hi, lo);
+      _mm512_storeu_si512(pp + h * pstride + i, (__m512i)b);
+      const __m512i l = _mm512_slli_epi32((__m512i)b, 16), u = _mm512_and_si512((__m512i)b, _mm512_set1_epi32(-65536));
+      sum[h] = _mm512_add_ps(_mm512_add_ps(sum[h], _mm512_castsi512_ps(l)), _mm512_castsi512_ps(u));
+    }
+  for (int64_t h = 0; h < NG; ++h) total[h] = _mm512_reduce_add_ps(sum[h]);
+}
+
+// v3's weighted values for bf16 where pair_scores.cpp scored the row: VDPBF16PS over the visible slots in pairs,
+// (slots[2i], slots[2i + 1]) from the start (an odd last one paired with itself at p = 0), two value rows
+// interleaved per pair, divided by the numerators' total. Every pair is the same instruction sequence wherever its
+// slots sit, so the bits depend only on the row's visible keys and values, in order.
+template <int NG, int NX>  // NX: 32-column halves of head_dim per pass over the slots
+void pair_values_as(const Task& t, const int32_t* pp, int64_t pstride, const float* total,
+                    const at::BFloat16* values, at::BFloat16* out, int64_t out_stride) {
+  const int64_t n_pairs = (t.n + 1) / 2;
   const __m512i lo_dims = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   const __m512i hi_dims = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
   for (int64_t d0 = 0; d0 < t.hd; d0 += 32 * NX) {
@@ -201,33 +229,27 @@ void pair_values_as(const Task& t, const float* p, int64_t stride, int32_t* pp, 
 }
 
 template <int NG>
-void pair_values(const Task& t, float* p, int64_t stride, int32_t* pp, const at::BFloat16* values, at::BFloat16* out,
+void pair_values(const Task& t, int32_t* pp, int64_t pstride, const at::BFloat16* values, at::BFloat16* out,
                  int64_t out_stride) {
-  const int64_t n16 = (t.n + 15) / 16 * 16, n32 = (t.n + 31) / 32 * 32;
-  for (int64_t h = 0; h < NG; ++h) std::fill(p + h * stride + n16, p + h * stride + n32, 0.f);
-  if (t.hd % 64 == 0) return pair_values_as<NG, 2>(t, p, stride, pp, values, out, out_stride);
-  pair_values_as<NG, 1>(t, p, stride, pp, values, out, out_stride);
+  float total[kHeads];
+  pair_numerators<NG>(t, pp, pstride, total);
+  if (t.hd % 64 == 0) return pair_values_as<NG, 2>(t, pp, pstride, total, values, out, out_stride);
+  pair_values_as<NG, 1>(t, pp, pstride, total, values, out, out_stride);
 }
 #endif
 
 template <typename T, int NG, bool FULL>
 void attend_task_as(const Task& t, const T* keys, const T* values, float* p, int64_t stride, T* out, int64_t out_stride) {
   if (t.scores != nullptr) {
-    int64_t run = 0;  // the slots 0..run-1 all visible (a cached prefix) copy at once
-    while (run < t.n && t.slots[run] == run) ++run;
     for (int64_t h = 0; h < NG; ++h) {
       const float* from = t.scores + h * t.head_scores;
-      std::copy(from, from + run, p + h * stride);
-      for (int64_t i = run; i < t.n; ++i) p[h * stride + i] = from[t.slots[i]];
+      std::copy(from, from + t.run, p + h * stride);  // the cached prefix at once
+      for (int64_t i = t.run; i < t.n; ++i) p[h * stride + i] = from[t.slots[i]];
     }
   } else {
     scores_of<T, NG, FULL>(t, keys, p, stride);
   }
   softmax_numerators(p, NG, t.n, stride);
-#if defined(__AVX512BF16__)
-  if constexpr (std::is_same_v<T, at::BFloat16>)
-    if (t.pp != nullptr) return pair_values<NG>(t, p, stride, t.pp, values, out, out_stride);
-#endif
   if (t.values_f != nullptr) {
     weighted_values<float, T, NG, FULL>(t, p, stride, t.values_f, t.hd, out, out_stride);
   } else {
@@ -246,6 +268,24 @@ void attend_task(const Task& t, const T* keys, const T* values, float* p, int64_
   (t.hd % (kBlock * kLanes) == 0 ? full : partial)[t.ng - 1](t, keys, values, p, stride, out, out_stride);
 }
 
+// The slots a mask row [S] (elements ms apart) sees, ascending, into slots (room for S + 16) -> their count
+int64_t visible_slots(const bool* mask, int64_t ms, int64_t S, int32_t* slots) {
+  int64_t n = 0, s = 0;
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  if (ms == 1)
+    for (const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); s + 16 <= S;
+         s += 16) {
+      const __mmask16 seen = _mm_test_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(mask + s)),
+                                                _mm_set1_epi8(1));
+      _mm512_storeu_si512(slots + n, _mm512_maskz_compress_epi32(seen, _mm512_add_epi32(lanes, _mm512_set1_epi32(s))));
+      n += __builtin_popcount(seen);
+    }
+#endif
+  for (; s < S; ++s)
+    if (mask[s * ms]) slots[n++] = static_cast<int32_t>(s);
+  return n;
+}
+
 // a row of score_all_rows: S slots in whole blocks of 16
 inline int64_t score_row(int64_t S) { return (S + 15) / 16 * 16; }
 
@@ -258,7 +298,8 @@ void score_all_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tenso
   if (q.scalar_type() != at::kBFloat16 || hd % 32 != 0) return;
   const int64_t sp = score_row(S);
   std::vector<int32_t> pairs(H * W * hd / 2);
-  yggc::query_pairs(q.const_data_ptr<at::BFloat16>(), H, W, hd, q.stride(0), q.stride(1), q.stride(2), pairs.data());
+  yggc::query_pairs(q.const_data_ptr<at::BFloat16>(), H, W, hd, q.stride(0), q.stride(1), q.stride(2), 1,
+                    pairs.data());
   scores = at::empty({H * W, sp}, q.options().dtype(at::kFloat));
   if (widen) values_f = at::empty({KV, S, hd}, q.options().dtype(at::kFloat));
   yggc::pair_scores(keys.const_data_ptr<at::BFloat16>(), keys.stride(0), values.const_data_ptr<at::BFloat16>(),
@@ -285,18 +326,16 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
   if (version >= 2) score_all_rows(q, keys, values, scores, values_f, version == 2 && W >= kWidenRows);
   const float* sc = scores.defined() ? scores.const_data_ptr<float>() : nullptr;
   const float* vf = values_f.defined() ? values_f.const_data_ptr<float>() : nullptr;
-  const bool pairs = version >= 3 && sc != nullptr;
   at::parallel_for(0, W * per_row, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(kHeads * hd), p(kHeads * stride);
-    std::vector<int32_t> slots(S), pp(pairs ? kHeads * stride / 2 : 0);
-    int64_t n = 0, row = -1;  // the visible slots of `row`, shared by its tasks
+    std::vector<int32_t> slots(S + 16);
+    int64_t n = 0, run = 0, row = -1;  // the visible slots of `row`, shared by its tasks
     for (int64_t task = begin; task < end; ++task) {
       const int64_t w = task / per_row, group = task % per_row % groups, kv = task % per_row / groups;
       const int64_t h0 = kv * G + group * kHeads, ng = std::min(kHeads, G - group * kHeads);
       if (w != row) {
-        n = 0;
-        for (int64_t s = 0; s < S; ++s)
-          if (mp[w * mw + s * ms]) slots[n++] = static_cast<int32_t>(s);
+        n = visible_slots(mp + w * mw, ms, S, slots.data());
+        for (run = 0; run < n && slots[run] == run;) ++run;
         row = w;
       }
       T* o = op + (h0 * W + w) * hd;  // out [H, W, hd]: head h at o + (h - h0) * W * hd
@@ -307,12 +346,70 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
       if (sc == nullptr)  // the task scores its slots itself, from the queries as float
         for (int64_t h = 0; h < ng; ++h)
           for (int64_t d = 0; d < hd; ++d) qf[h * hd + d] = static_cast<float>(qp[(h0 + h) * qh + w * qw + d * qd]);
-      const Task t{qf.data(), ng, hd, slots.data(), n, keys.stride(1), sc ? sc + (h0 * W + w) * sp : nullptr, W * sp,
-                   vf ? vf + kv * S * hd : nullptr, pairs ? pp.data() : nullptr};
+      const Task t{qf.data(), ng, hd, slots.data(), n, run, keys.stride(1), sc ? sc + (h0 * W + w) * sp : nullptr,
+                   W * sp, vf ? vf + kv * S * hd : nullptr};
       attend_task<T>(t, kp + kv * keys.stride(0), vp + kv * values.stride(0), p.data(), stride, o, W * hd);
     }
   });
 }
+
+#if defined(__AVX512BF16__)
+// v3 for bf16 on AVX512-BF16 (head_dim a multiple of 32), in one parallel region: a unit is a key/value head and a
+// run of rows; it scores those rows' query heads at every slot (pair_scores.cpp), on its own thread, so the scores
+// are still in that core's cache when it weighs the values row by row. Each row-head's scores, numerators and
+// weighted values are the same instruction sequences whichever unit, thread or row count they fall in.
+void attend_units(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
+                  at::Tensor& out) {
+  const int64_t H = q.size(0), W = q.size(1), hd = q.size(2), KV = keys.size(0), S = keys.size(1), G = H / KV;
+  const int64_t sp = score_row(S), stride = (S / 32 + 1) * 32, slot_stride = keys.stride(1);
+  using Fn = void (*)(const Task&, int32_t*, int64_t, const at::BFloat16*, at::BFloat16*, int64_t);
+  static constexpr Fn by_heads[kHeads] = {pair_values<1>, pair_values<2>, pair_values<3>, pair_values<4>};
+  // buffers left uninitialized: every element read is written first
+  const auto pairs = std::make_unique_for_overwrite<int32_t[]>(H * W * hd / 2);  // [KV, W, G] row-heads
+  yggc::query_pairs(q.const_data_ptr<at::BFloat16>(), H, W, hd, q.stride(0), q.stride(1), q.stride(2), G,
+                    pairs.get());
+  const auto slots = std::make_unique_for_overwrite<int32_t[]>(W * S + 16);  // every row's visible slots, S apart
+  std::vector<int64_t> seen(W), run(W);
+  for (int64_t w = 0; w < W; ++w) {
+    seen[w] = visible_slots(mask.const_data_ptr<bool>() + w * mask.stride(0), mask.stride(1), S, slots.get() + w * S);
+    for (run[w] = 0; run[w] < seen[w] && slots[w * S + run[w]] == run[w];) ++run[w];
+  }
+  const auto scores = std::make_unique_for_overwrite<float[]>(H * W * sp);  // [KV, W, G] row-heads, sp apart
+  const at::BFloat16* kp = keys.const_data_ptr<at::BFloat16>();
+  const at::BFloat16* vp = values.const_data_ptr<at::BFloat16>();
+  at::BFloat16* op = out.mutable_data_ptr<at::BFloat16>();
+  // row runs per key/value head: two units a thread where the rows allow. Where they do not (a decode step's one
+  // row), the scores come first in a pass of their own, blocks of slots shared out evenly: there a unit's time is
+  // mostly its keys and values coming from memory, and a thread with one unit more would read a third more.
+  const int64_t threads = at::get_num_threads(), runs = std::clamp<int64_t>((2 * threads + KV - 1) / KV, 1, W);
+  const bool scored = KV * runs < 2 * threads;
+  if (scored)
+    yggc::pair_scores(kp, keys.stride(0), nullptr, 0, slot_stride, KV, S, hd, pairs.get(), W * G, scores.get(), sp,
+                      nullptr);
+  at::parallel_for(0, KV * runs, 1, [&](int64_t begin, int64_t end) {
+    const auto pp = std::make_unique_for_overwrite<int32_t[]>(kHeads * stride / 2);
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t kv = unit / runs, w0 = W * (unit % runs) / runs, w1 = W * (unit % runs + 1) / runs;
+      const int64_t first = (kv * W + w0) * G;  // the unit's first row-head
+      if (!scored)
+        yggc::pair_scores_rows(kp + kv * keys.stride(0), slot_stride, S, hd, pairs.get() + first * hd / 2,
+                               (w1 - w0) * G, scores.get() + first * sp, sp);
+      for (int64_t w = w0; w < w1; ++w)
+        for (int64_t g0 = 0; g0 < G; g0 += kHeads) {
+          const int64_t ng = std::min(kHeads, G - g0);
+          at::BFloat16* o = op + ((kv * G + g0) * W + w) * hd;  // out [H, W, hd]
+          if (seen[w] == 0) {  // a row that sees nothing (padding) reads as zeros
+            for (int64_t h = 0; h < ng; ++h) std::fill(o + h * W * hd, o + h * W * hd + hd, at::BFloat16(0.f));
+            continue;
+          }
+          const Task t{nullptr, ng, hd, slots.get() + w * S, seen[w], run[w], slot_stride,
+                       scores.get() + ((kv * W + w) * G + g0) * sp, sp, nullptr};
+          by_heads[ng - 1](t, pp.get(), stride / 2, vp + kv * values.stride(0), o, W * hd);
+        }
+    }
+  });
+}
+#endif
 
 }  // namespace
 
@@ -336,6 +433,12 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
   // q and mask are read through their strides: a copy per call costs more dispatch than the copy is worth
   auto out = at::empty(q.sizes(), q.options());  // contiguous [H, W, hd]
   if (q.scalar_type() == at::kBFloat16) {
+#if defined(__AVX512BF16__)
+    if (version >= 3 && q.size(2) % 32 == 0) {
+      attend_units(q, keys, values, mask, out);
+      return out;
+    }
+#endif
     attend_all<at::BFloat16>(q, keys, values, mask, out, version);
   } else {
     TORCH_CHECK(q.scalar_type() == at::kFloat, "attend_rows: float32 or bfloat16");

@@ -74,50 +74,72 @@ void dot_rest(const __m512i* r, const int32_t* pairs, int64_t n_pairs, int64_t c
   }
 }
 
+// R row-heads' scores (pairs [R, hd / 2]) at slots s0..s0+15 of one key/value head's keys, into scores (R rows,
+// `sp` apart, from slot s0)
+void score_block(const at::BFloat16* keys, int64_t slot_stride, int64_t S, int64_t s0, int64_t hd,
+                 const int32_t* pairs, int64_t R, float* scores, int64_t sp) {
+  const int64_t n_pairs = hd / 2;  // hd: a multiple of 32
+  const __m512 scale = _mm512_set1_ps(1.f / std::sqrt(static_cast<float>(hd)));
+  for (int64_t c = 0; c < n_pairs; c += 16) {
+    __m512i r[16];
+    for (int64_t l = 0; l < kSlots; ++l)  // lanes past S repeat the last slot
+      r[l] = _mm512_loadu_si512(keys + std::min(s0 + l, S - 1) * slot_stride + 2 * c);
+    transpose_16x16_epi32(r);
+    alignas(64) __m512i keys_t[16];  // the block transposed, read back a vector at a time (kRows)
+    for (int64_t l = 0; l < kSlots; ++l) _mm512_store_si512(keys_t + l, r[l]);
+    asm volatile("" ::: "memory");  // so the compiler reloads them rather than keep all 16 in registers
+    int64_t i = 0;
+    for (; i + kRows <= R; i += kRows)
+      dot_block<kRows>(keys_t, pairs + i * n_pairs, n_pairs, c, scores + i * sp, sp, scale);
+    dot_rest<kRows - 1>(keys_t, pairs + i * n_pairs, n_pairs, c, scores + i * sp, sp, scale, R - i);
+  }
+}
+
 }  // namespace
 
 namespace yggc {
 
-// q [H, W, hd] bf16 (any strides) -> pairs [H * W, hd / 2]: head_dim's bf16 pairs as 32-bit VDPBF16PS operands
+// q [H, W, hd] bf16 (any strides) -> pairs: head_dim's bf16 pairs as 32-bit VDPBF16PS operands, hd / 2 per row-head,
+// the row-heads in [H / G, W, G] order (query head h = kv * G + g): G = 1 lays them out as q, [H, W]; G = the query
+// heads per key/value head puts each row's heads of one key/value head side by side.
 void query_pairs(const at::BFloat16* q, int64_t H, int64_t W, int64_t hd, int64_t qh, int64_t qw, int64_t qd,
-                 int32_t* pairs) {
+                 int64_t G, int32_t* pairs) {
   for (int64_t h = 0; h < H; ++h)
-    for (int64_t w = 0; w < W; ++w)
+    for (int64_t w = 0; w < W; ++w) {
+      int32_t* to = pairs + ((h / G * W + w) * G + h % G) * hd / 2;
+      if (qd == 1) {  // a row's pairs lie in memory as they are
+        std::memcpy(to, q + h * qh + w * qw, hd * sizeof(at::BFloat16));
+        continue;
+      }
       for (int64_t d = 0; d < hd; d += 2) {
         uint16_t lo, hi;
         std::memcpy(&lo, q + h * qh + w * qw + d * qd, 2);
         std::memcpy(&hi, q + h * qh + w * qw + (d + 1) * qd, 2);
-        pairs[((h * W + w) * hd + d) / 2] = static_cast<int32_t>(lo | static_cast<uint32_t>(hi) << 16);
+        to[d / 2] = static_cast<int32_t>(lo | static_cast<uint32_t>(hi) << 16);
       }
+    }
+}
+
+// scores [R, sp]: R row-heads' (pairs [R, hd / 2]) scaled scores at every slot < S of one key/value head's keys (sp
+// >= S rounded up to 16), on the calling thread
+void pair_scores_rows(const at::BFloat16* keys, int64_t slot_stride, int64_t S, int64_t hd, const int32_t* pairs,
+                      int64_t R, float* scores, int64_t sp) {
+  for (int64_t s0 = 0; s0 < S; s0 += kSlots) score_block(keys, slot_stride, S, s0, hd, pairs, R, scores + s0, sp);
 }
 
 // scores [KV * per_kv, sp]: row-head r's scaled score at every slot < S (sp >= S rounded up to 16), r = the key/value
-// head's per_kv row-heads in pairs' order. A row reads only its visible slots' scores; the rest are never read.
-// values_f, unless null: the values [KV, S, hd] widened to float (exactly), block by block beside the scores.
+// head's per_kv row-heads in pairs' order, blocks of slots shared out between the threads. A row reads only its
+// visible slots' scores; the rest are never read. values_f, unless null: the values [KV, S, hd] widened to float
+// (exactly), block by block beside the scores.
 void pair_scores(const at::BFloat16* keys, int64_t keys_kv_stride, const at::BFloat16* values, int64_t values_kv_stride,
                  int64_t slot_stride, int64_t KV, int64_t S, int64_t hd, const int32_t* pairs, int64_t per_kv,
                  float* scores, int64_t sp, float* values_f) {
-  const int64_t n_pairs = hd / 2, blocks = (S + kSlots - 1) / kSlots;  // hd: a multiple of 32
-  const __m512 scale = _mm512_set1_ps(1.f / std::sqrt(static_cast<float>(hd)));
+  const int64_t blocks = (S + kSlots - 1) / kSlots;
   at::parallel_for(0, KV * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t kv = task / blocks, s0 = task % blocks * kSlots;
-      const at::BFloat16* base = keys + kv * keys_kv_stride;
-      const int32_t* kv_pairs = pairs + kv * per_kv * n_pairs;
-      float* kv_scores = scores + kv * per_kv * sp + s0;
-      for (int64_t c = 0; c < n_pairs; c += 16) {
-        __m512i r[16];
-        for (int64_t l = 0; l < kSlots; ++l)  // lanes past S repeat the last slot
-          r[l] = _mm512_loadu_si512(base + std::min(s0 + l, S - 1) * slot_stride + 2 * c);
-        transpose_16x16_epi32(r);
-        alignas(64) __m512i keys_t[16];  // the block transposed, read back a vector at a time (kRows)
-        for (int64_t l = 0; l < kSlots; ++l) _mm512_store_si512(keys_t + l, r[l]);
-        asm volatile("" ::: "memory");  // so the compiler reloads them rather than keep all 16 in registers
-        int64_t i = 0;
-        for (; i + kRows <= per_kv; i += kRows)
-          dot_block<kRows>(keys_t, kv_pairs + i * n_pairs, n_pairs, c, kv_scores + i * sp, sp, scale);
-        dot_rest<kRows - 1>(keys_t, kv_pairs + i * n_pairs, n_pairs, c, kv_scores + i * sp, sp, scale, per_kv - i);
-      }
+      score_block(keys + kv * keys_kv_stride, slot_stride, S, s0, hd, pairs + kv * per_kv * hd / 2, per_kv,
+                  scores + kv * per_kv * sp + s0, sp);
       if (values_f == nullptr) continue;
       for (int64_t s = s0; s < std::min(s0 + kSlots, S); ++s) {
         const at::BFloat16* v = values + kv * values_kv_stride + s * slot_stride;
