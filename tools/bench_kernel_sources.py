@@ -135,13 +135,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("old", type=Path, help="OLD's kernel sources (a folder like yggc/artifacts/kernels)")
     ap.add_argument("new", type=Path, help="NEW's kernel sources")
-    ap.add_argument("-m", "--model", required=True, help="the verifier checkpoint folder")
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    ap.add_argument("--widths", default="1,8,16", help="rows per call, comma-separated")
-    ap.add_argument("--context", type=int, default=256, help="cached tokens before the rows")
-    ap.add_argument("--max-seq", type=int, default=2048)
-    ap.add_argument("--repeats", type=int, default=60, help="calls per build and width (at least 3)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    bench_verify_packages.add_call_args(ap, "1,8,16", "", "calls per build and width (at least 3)")
     args = ap.parse_args(argv)
     args.widths = [int(w) for w in args.widths.split(",")]
     for folder in (args.old, args.new):

@@ -68,18 +68,23 @@ def time_packages(args) -> None:
         print(f"| {p} | " + " | ".join(f"{ms[(p, w)]:.2f}" for w in args.widths) + " |")
 
 
+def add_call_args(ap: argparse.ArgumentParser, widths: str, prefix: str, repeats: str) -> None:
+    """The model and the calls to time: -m, --dtype, --widths, --context, --max-seq, --repeats, --threads."""
+    ap.add_argument("-m", "--model", required=True, help="the verifier checkpoint folder")
+    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
+    ap.add_argument("--widths", default=widths, help=f"{prefix}rows per call, comma-separated")
+    ap.add_argument("--context", type=int, default=256, help=f"{prefix}cached tokens before the rows")
+    ap.add_argument("--max-seq", type=int, default=2048)
+    ap.add_argument("--repeats", type=int, default=60, help=prefix + repeats)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["lower", "time"])
     ap.add_argument("packages", nargs="*", help="time: the packages to compare")
-    ap.add_argument("-m", "--model", required=True, help="the verifier checkpoint folder")
     ap.add_argument("-o", "--out", help="lower: the package to write")
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    ap.add_argument("--widths", default="1,4,8,9,16", help="time: rows per call, comma-separated")
-    ap.add_argument("--context", type=int, default=256, help="time: cached tokens before the rows")
-    ap.add_argument("--max-seq", type=int, default=2048)
-    ap.add_argument("--repeats", type=int, default=60, help="time: calls per package and width")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    add_call_args(ap, "1,4,8,9,16", "time: ", "calls per package and width")
     ap.add_argument("--other-ops", action="store_true",
                     help="time: packages may call different op versions (different bits): report the argmax "
                          "agreement instead of requiring equal logits")

@@ -4,7 +4,8 @@
 // so vector j holds pair j of head_dim for the 16 slots. Each score lane then takes the pairs in order, from zero,
 // one VDPBF16PS a pair, and is scaled after the last: the same sequence for every slot in whichever lane, block or
 // call, so a row's scores do not depend on the row count or on where its keys sit. A block is loaded and transposed
-// once for every row and query head of the call that reads its key/value head.
+// once for all the row-heads scored together: every row and query head of the call that reads its key/value head
+// (pair_scores), or those of a unit's rows (pair_scores_rows).
 #if defined(__AVX512BF16__)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
