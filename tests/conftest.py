@@ -37,6 +37,15 @@ def package_cache_of_the_run(tmp_path_factory):
         os.environ[package_cache.ENV] = before
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every test starts on one torch thread: a tool or command a test runs in-process may set more (the bench
+    tools' --threads defaults to 2) and would leave the worker's next tests on them, where the CLI's busy-machine
+    warning then depends on the load."""
+    torch.set_num_threads(1)
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
     # files marked slow (they compile bundles for minutes) first: the parallel run hands out whole files in
     # this order, so the long ones start at once instead of leaving one worker busy at the end
