@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch._inductor.utils import parallel_num_threads
 from torch.export import ExportedProgram
 
 from ..artifacts.constants_map import constants_path
@@ -171,12 +172,14 @@ def inductor_settings() -> dict:
 def program_key(program: ExportedProgram, config: dict, device: str, weights_inside: bool) -> str:
     """sha256 over everything the package's bytes depend on: the exported graph (shapes, strides, devices, its
     signature and dynamic ranges), the Inductor settings (passed and global, the C++ compiler among them) and
-    that compiler's version, torch, the yggc passes' sources, the machine, the lifted constants' values and - where
-    the package or the file beside it holds them (weights_inside) - the weights' values; their names, dtypes and
-    shapes always."""
+    that compiler's version, torch, the yggc passes' sources, the machine and (CPU) the threads, the lifted
+    constants' values and - where the package or the file beside it holds them (weights_inside) - the weights'
+    values; their names, dtypes and shapes always."""
     h = hashlib.sha256()
     cxx = torch._inductor.config.cpp.cxx
-    parts = (build_identity(device, cxx[-1] if isinstance(cxx, tuple) else str(cxx)),
+    # a CPU package's kernels are split for the threads it is compiled on (Inductor's parallel_num_threads)
+    threads = parallel_num_threads() if device_kind(device) == "cpu" else 0
+    parts = (build_identity(device, cxx[-1] if isinstance(cxx, tuple) else str(cxx)), f"threads {threads}",
              json.dumps(config, sort_keys=True, default=str),
              json.dumps(inductor_settings(), sort_keys=True, default=str),
              program.graph_module.print_readable(print_output=False, include_stride=True, include_device=True),

@@ -39,11 +39,13 @@ def package_cache_of_the_run(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def one_torch_thread():
-    """Every test starts on one torch thread: a tool or command a test runs in-process may set more (the bench
-    tools' --threads defaults to 2) and would leave the worker's next tests on them, where the CLI's busy-machine
-    warning then depends on the load."""
+    """Every test runs on one torch thread and leaves one: a tool or command a test runs in-process may set more
+    (the bench tools' --threads defaults to 2), which would leave the worker's next tests and fixtures on them: the
+    CLI's busy-machine warning then depends on the load, and a CPU package compiled then is keyed (and split) for
+    two threads."""
     torch.set_num_threads(1)
     yield
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -32,6 +32,9 @@ def test_the_key_follows_the_program_the_settings_and_the_weights_the_package_ho
     assert program_key(exported(seed=1), {"freezing": True}, "cpu", weights_inside=True) != key
     with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):  # a global setting
         assert program_key(exported(), {"freezing": True}, "cpu", weights_inside=True) != key
+    torch.set_num_threads(2)  # Inductor splits a CPU package's kernels for the threads it compiles on
+    assert program_key(exported(), {"freezing": True}, "cpu", weights_inside=True) != key
+    torch.set_num_threads(1)
     # weights outside the package (O1): models of one shape share it whatever their values
     outside = program_key(exported(), {}, "cpu", weights_inside=False)
     assert program_key(exported(seed=1), {}, "cpu", weights_inside=False) == outside != key
