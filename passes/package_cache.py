@@ -51,6 +51,13 @@ class PackageCache:
     def fetch(self, key: str, out_path: Path) -> bool:
         """Copy the entry's files to out_path (and beside it) -> True; False when there is none or it fails its
         hashes (then it is removed)."""
+        found = self._copy_out(key, out_path)
+        self.hits += found
+        self.misses += not found
+        return found
+
+    def _copy_out(self, key: str, out_path: Path) -> bool:
+        """fetch, uncounted."""
         entry = self.root / key
         try:
             files = json.loads((entry / ENTRY).read_text())["files"]
@@ -58,17 +65,17 @@ class PackageCache:
                 raise ValueError("a file differs from its hash")
         except (OSError, ValueError, KeyError):
             shutil.rmtree(entry, ignore_errors=True)
-            self.misses += 1
             return False
         for name in files:
             shutil.copyfile(entry / name, out_path.with_name(name.replace("package", out_path.stem, 1)))
         os.utime(entry)  # recently used
-        self.hits += 1
         return True
 
     def store(self, key: str, out_path: Path) -> None:
-        """Keep out_path and the constants file beside it (if any) under `key`. A cache that cannot take them (a
-        full disk; another compile stored the key first) leaves the compile as it is."""
+        """Keep out_path and the constants file beside it (if any) under `key`. Where another compile stored the key
+        first, out_path takes its package instead: a program lowered twice differs in bytes (its serialization id,
+        O2's autotuned choices), and one key then gives one package to every bundle. A cache that cannot take them
+        (a full disk) leaves the compile as it is."""
         produced = [p for p in (out_path, constants_path(out_path)) if p.is_file()]
         tmp = self.root / f".{key}.{os.getpid()}"
         try:
@@ -83,6 +90,8 @@ class PackageCache:
             os.rename(tmp, self.root / key)
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
+            if (self.root / key).is_dir():
+                self._copy_out(key, out_path)
             return
         self.prune()
 

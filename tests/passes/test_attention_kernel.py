@@ -57,11 +57,10 @@ def test_matches_float64_attention(dtype, tol, H, n_kv, hd, op):
 
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
 def threads(request):
-    """v3 shares a call's rows out in runs per key/value head by the thread count (one run a head on 1 thread)."""
-    before = torch.get_num_threads()
+    """v3 shares a call's rows out in runs per key/value head by the thread count (one run a head on 1 thread); the
+    suite's one_torch_thread puts the next test back on one."""
     torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
+    return request.param
 
 
 @pytest.mark.parametrize("dtype,hd", [(torch.float32, 64), (torch.bfloat16, 64), (torch.bfloat16, 96)])

@@ -36,11 +36,9 @@ def compiled(tmp_path, name: str, config: dict):
 
 @pytest.fixture
 def two_threads():
-    """Inductor writes fork-join regions for the process's thread count (the suite runs on one)."""
-    before = torch.get_num_threads()
+    """Inductor writes fork-join regions for the process's thread count (the suite runs on one: one_torch_thread
+    puts the next test back on it)."""
     torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
 
 
 @torch.inference_mode()

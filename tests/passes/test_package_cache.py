@@ -59,6 +59,22 @@ def test_a_stored_package_comes_back_beside_its_constants_under_the_new_name(tmp
     assert not cache.fetch("k2", tmp_path / "b" / "x.pt2") and cache.misses == 1  # never stored
 
 
+def test_a_compile_that_stores_a_key_second_takes_the_first_package(tmp_path):
+    """Two compiles of one program racing (a package lowered twice differs in bytes): the second to store takes the
+    first's files, so both bundles hold the package the cache gives."""
+    cache = PackageCache(tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    first = package_files(tmp_path / "a", "v", b"first lowering")
+    second = package_files(tmp_path / "b", "v", b"second lowering")
+    cache.store("k", first)
+    cache.store("k", second)
+    assert second.read_bytes() == first.read_bytes() == b"first lowering"
+    assert constants_path(second).read_bytes() == b"first lowering"[::-1]
+    assert cache.hits == cache.misses == 0  # lowered, not fetched
+
+
 def test_an_entry_that_fails_its_hashes_is_dropped_not_used(tmp_path):
     cache = PackageCache(tmp_path)
     (tmp_path / "src").mkdir()

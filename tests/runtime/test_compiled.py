@@ -27,19 +27,6 @@ SHAPE = TreeShape(3, 2, 5)
 CHAT = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def own_package_cache(tmp_path_factory):
-    """This module's compiles keep their packages apart from the other workers' (tests/conftest.py shares one folder
-    between them): a program lowered twice need not give the same bytes, and a worker storing one of its keys
-    between the two compiles below would swap the package the second one takes."""
-    from yggc.passes import package_cache
-
-    before = os.environ[package_cache.ENV]
-    os.environ[package_cache.ENV] = str(tmp_path_factory.mktemp("packages"))
-    yield
-    os.environ[package_cache.ENV] = before
-
-
 @pytest.fixture(scope="module")
 def pair_dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cpair")

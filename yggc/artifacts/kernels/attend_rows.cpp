@@ -289,6 +289,9 @@ int64_t visible_slots(const bool* mask, int64_t ms, int64_t S, int32_t* slots) {
 // a row of score_all_rows: S slots in whole blocks of 16
 inline int64_t score_row(int64_t S) { return (S + 15) / 16 * 16; }
 
+// a task's row of scores or numerators per head: S slots padded to whole blocks of 32 (v3's bf16 pairs), one more
+inline int64_t task_row(int64_t S) { return (S / 32 + 1) * 32; }
+
 // bf16 on AVX512-BF16, head_dim a multiple of 32: every row-head's scores at every slot (pair_scores.cpp), and from
 // kWidenRows rows the values widened once; elsewhere both stay undefined and each task scores and widens for itself.
 void score_all_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, at::Tensor& scores,
@@ -320,7 +323,7 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
   const bool* mp = mask.const_data_ptr<bool>();
   const int64_t qh = q.stride(0), qw = q.stride(1), qd = q.stride(2), mw = mask.stride(0), ms = mask.stride(1);
   T* op = out.mutable_data_ptr<T>();
-  const int64_t stride = (S / 32 + 1) * 32;  // a head's row of scores, padded to whole vectors (v3: blocks of 32)
+  const int64_t stride = task_row(S);
   const int64_t sp = score_row(S);
   at::Tensor scores, values_f;  // [H * W, sp], [KV, S, hd] float
   if (version >= 2) score_all_rows(q, keys, values, scores, values_f, version == 2 && W >= kWidenRows);
@@ -361,7 +364,7 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
 void attend_units(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask,
                   at::Tensor& out) {
   const int64_t H = q.size(0), W = q.size(1), hd = q.size(2), KV = keys.size(0), S = keys.size(1), G = H / KV;
-  const int64_t sp = score_row(S), stride = (S / 32 + 1) * 32, slot_stride = keys.stride(1);
+  const int64_t sp = score_row(S), stride = task_row(S), slot_stride = keys.stride(1);
   using Fn = void (*)(const Task&, int32_t*, int64_t, const at::BFloat16*, at::BFloat16*, int64_t);
   static constexpr Fn by_heads[kHeads] = {pair_values<1>, pair_values<2>, pair_values<3>, pair_values<4>};
   // buffers left uninitialized: every element read is written first
