@@ -31,6 +31,7 @@ from yggc.passes.lower import lower_model
 from yggc.passes.profile import bucket_call
 
 from yggc.artifacts import kernel_ops
+from yggc.artifacts.timing import best_round_median
 
 REGISTER = "register_ops.cpp"
 # op -> (its registration in register_ops.cpp, the switch that replaces it there)
@@ -119,8 +120,7 @@ def time_builds(args, package: Path, library: Path) -> None:
                 start = time.perf_counter()
                 call()
                 ms[(on, w)].append(1000 * (time.perf_counter() - start))
-    third = args.repeats // 3
-    best = {key: min(statistics.median(s[r * third:(r + 1) * third]) for r in range(3)) for key, s in ms.items()}
+    best = {key: best_round_median(s) for key, s in ms.items()}
     print(f"{args.dtype}, {torch.get_num_threads()} threads, {args.context} cached tokens; logits equal at every "
           f"width; ms per call, ops {', '.join(SWITCHED)} switched call by call")
     print("| build | " + " | ".join(f"W={w}" for w in args.widths) + " |")
