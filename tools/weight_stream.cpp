@@ -45,7 +45,7 @@ bf16 random_bf16(uint32_t& state) {  // values in [1, 2) with random mantissas (
 
 template <int64_t R>
 void call(const bf16* A, const bf16* B, float* C) {
-  yggc_gemm_kernel<R, kN, false>(A, B, C, kK, kK, kN, kN, nullptr);
+  yggc_gemm_kernel<R, kN, false>(A, B, C, kK, kK, kN, kN, nullptr, 0);
 }
 
 // the arithmetic alone: C [M, 32] = A [M, K] x one block in the entry's row passes, without its prefetch

@@ -15,17 +15,19 @@ verifier's 9-row call 11.3-11.5 ms against 8.3-8.6 now).
 
 Prefetch: from 11 rows a column block takes two passes, the first streaming its weights from memory, the second
 reading them from L1 with the memory idle, so the two add instead of overlapping. The kernel is handed the next
-call's weights (micro_gemm's next_B) and prefetches one k pair of them per k pair of its own in the last pass over a
-block (the only one at <= 10 rows), which keeps the memory busy under the arithmetic: the verifier's 8-row call
-7.5 -> 6.6 ms, 16-row 10.1-11.2 -> 9.0-9.5, same logits (Zen 5, docs/benchmarks/cpu-verify-curve.md). Below
-PREFETCH_ROWS rows it cost 2-6%; a software prefetch within the block's own stream made no difference (the
-hardware's already runs ahead there).
+call's weights (micro_gemm's next_B) and prefetches next_lines lines of them per k pair of its own in the last pass
+over a block (the only one at <= 10 rows; there a k pair's every line), which keeps the memory busy under the
+arithmetic: the verifier's 8-row call 7.5 -> 6.6 ms, 16-row 10.1-11.2 -> 9.0-9.5, same logits (Zen 5,
+docs/benchmarks/cpu-verify-curve.md). Below PREFETCH_ROWS rows it cost 2-6%; a software prefetch within the block's
+own stream made no difference (the hardware's already runs ahead there).
 
-Chunks: at 11-20 rows, where a block takes two passes, they take it CHUNK_PAIRS k pairs at a time, the first over a
-chunk prefetching the next (micro_gemm.ENTRY's CHUNKED branch): the second pass reads from L1 what the first has
-just streamed, and the memory never waits through a whole block's second pass. Same logits; SmolLM2's 12-row
-verify call 0.5-0.6 ms faster, its 16-row call 0.2-0.6 (Zen 5; chunks of 32 and 64 pairs were no faster or up to
-0.6 ms slower at 16-20 rows, 96 and 288 gained less, and at three passes or more every size measured slower;
+Chunks: at 11-20 rows, where a block takes two passes, they take it CHUNK_PAIRS k pairs at a time (micro_gemm.ENTRY's
+CHUNKED branch): the second pass reads from L1 what the first has just streamed, and each pass prefetches half of the
+next chunk (one of a k pair's two 64-byte lines per k pair of its own), so the stream runs under both passes'
+arithmetic. Same logits. Chunks made SmolLM2's 12-row verify call 0.5-0.6 ms faster and its 16-row call 0.2-0.6
+(chunks of 32 and 64 pairs were no faster or up to 0.6 ms slower at 16-20 rows, 96 and 288 gained less, and at three
+passes or more every size measured slower); the first pass prefetching the whole next chunk left the memory idle
+under the second, and splitting it made the 12-20-row calls another 0.3-0.6 ms faster (Zen 5;
 docs/benchmarks/cpu-verify-curve.md).
 
 Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
@@ -70,7 +72,8 @@ KERNEL = micro_gemm.kernel_source(512, r"""
     } else {  // the next call's weights stream in beside this one's arithmetic: a k pair's 64-byte lines per k pair
         const char* next = reinterpret_cast<const char*>(next_B);
         for (int64_t k = 0; k < K; k += 2) {
-            for (int line = 0; line < COLS; ++line) {  // a plain loop: g++ 12 drops a prefetch in ForcedUnroll's lambda
+            // a plain loop: g++ 12 drops a prefetch in ForcedUnroll's lambda
+            for (int line = 0; line < next_lines; ++line) {
                 _mm_prefetch(next + (k * ldb + line * 32) * 2, _MM_HINT_T0);
             }
             c10::ForcedUnroll<ROWS * COLS>{}(compute, k);

@@ -19,7 +19,8 @@ import torch
 # A kernel's frame: a template on the row count and the block's columns, over a row block of A, a k-pair
 # packed block of B and the fp32 block of C (accum: add to C instead of overwriting it); fp32 accumulators
 # vc[ROWS * COLS] of VEC-wide vectors (COLS = N / LANES), loaded or zeroed; the kernel's own k loop; C stored.
-# next_B: the weights the next call will read, for a kernel that prefetches them as it goes (or null).
+# next_B: the weights the next call will read, for a kernel that prefetches them as it goes (or null), next_lines of
+# the 64-byte lines of each of their k pairs (from next_B's; a k pair of the block is 2 * N bf16, N / 16 lines).
 FRAME_OPEN = r"""
 template <int64_t ROWS, int64_t N, bool accum>
 inline void {{kernel_name}}_kernel(
@@ -30,7 +31,8 @@ inline void {{kernel_name}}_kernel(
     int64_t lda,
     int64_t ldb,
     int64_t ldc,
-    const {{input2_t}}* next_B
+    const {{input2_t}}* next_B,
+    int64_t next_lines
 ) {
     // A [ROWS, K] bf16; B [K / 2, N, 2] bf16 (VNNI-2); C [ROWS, N] fp32
     constexpr int COLS = N / LANES;
@@ -72,7 +74,7 @@ def kernel_source(bits: int, k_loop: str) -> str:
 # block (ldb == block_n), Inductor's template reads that next (its cache blocking gives each call one column block,
 # Nc_blocks = 1, in order: the same block's next k chunk, else the next column block).
 # chunk_pairs (with even_split and prefetch_rows): where a column block takes two passes, they take it chunk_pairs k
-# pairs at a time, the first pass over a chunk prefetching the next chunk (after the last, the next block's first),
+# pairs at a time, pass p prefetching line p of each k pair of the next chunk (after the last, the next block's first),
 # the second reading the chunk from L1 (ENTRY's CHUNKED branch; at three passes or more it measured slower). A chunk
 # after the first adds to C what the earlier ones left there, in float: a row's sums run in the same k order as in
 # one pass, so its bits do not change. Both branches call the kernel through one switch on the row count
@@ -81,7 +83,9 @@ ENTRY = r"""
 {%- macro call_kernel(accum) %}
             switch (rows) {  // the kernel instantiated at this pass's row count
 {%- for r in range(block_m, 0, -1) %}
-            case {{r}}: {{kernel_name}}_kernel<{{r}}, {{block_n}}, {{accum}}>(a, b, c, k, lda, ldb, ldc, next_b); break;
+            case {{r}}:
+                {{kernel_name}}_kernel<{{r}}, {{block_n}}, {{accum}}>(a, b, c, k, lda, ldb, ldc, next_b, lines);
+                break;
 {%- endfor %}
             default: {{kernel.assert_function}}(false, "unsupported row count");
             }
@@ -116,7 +120,10 @@ ENTRY = r"""
                     const {{input_t}}* a = A + m * lda + k0;
                     const {{input2_t}}* b = B + 2 * n + k0 * ldb;
                     {{output_t}}* c = C + m * ldc + n;
-                    const {{input2_t}}* next_b = pass == 0 ? next_chunk : nullptr;
+                    // pass p prefetches line p of each of the next chunk's k pairs (2 * block_n elements, 2 lines
+                    // per 32 columns): the stream runs under both passes' arithmetic, not the first's alone
+                    const {{input2_t}}* next_b = next_chunk == nullptr ? nullptr : next_chunk + pass * {{block_n}};
+                    const int64_t lines = {{block_n}} / 32;
                     if (accum || k0 > 0) {
                         {{- call_kernel("true") }}
                     } else {
@@ -138,6 +145,7 @@ ENTRY = r"""
             // the weights of the next call, unless it is the next pass over these (in cache by then)
             const {{input2_t}}* next_b = !hand_next ? nullptr : n + {{block_n}} < N ? B + 2 * (n + {{block_n}})
                                        : pass + 1 < passes ? nullptr : after;
+            const int64_t lines = {{block_n}} / 16;  // every line of a k pair: 64 bytes per 16 columns
             {{- call_kernel("accum") }}
         }
         m += rows;
