@@ -42,11 +42,12 @@ def test_logits_are_the_product_with_the_table(vocab, hidden, columns):
 
 
 @pytest.mark.parametrize("columns", [16, 64])
-def test_a_rows_bits_do_not_depend_on_the_call(columns):
-    t = table(307, 64)
-    packed, x = pack_table(t, columns), table(64, 64, seed=2)
+@pytest.mark.parametrize("hidden", [64, 320])  # 320: 160 k pairs, chunks of 72, 72 and 16 where a call takes passes
+def test_a_rows_bits_do_not_depend_on_the_call(columns, hidden):
+    t = table(307, hidden)
+    packed, x = pack_table(t, columns), table(64, hidden, seed=2)
     wide = kernel_ops.tied_head(x, packed, 307)
-    for width in (1, 2, 3, 4, 5, 7, 9, 17, 64):  # every remainder of the 4-row register blocks
+    for width in (1, 2, 3, 4, 5, 7, 9, 17, 64):  # 1-4 passes of up to 4 rows, split evenly
         for start in {0, 1, 64 - width}:
             part = kernel_ops.tied_head(x[start:start + width], packed, 307)
             assert torch.equal(part, wide[start:start + width]), (width, start)

@@ -31,6 +31,11 @@ namespace {
 constexpr int64_t kSub = 16;    // columns per sub-block: one 16-lane vector (two 8-lane ones)
 constexpr int64_t kRows = 4;    // rows per register tile
 constexpr int64_t kAhead = 32;  // AVX2: pairs prefetched ahead (2 KB): 5-14% faster at 1-8 rows on Zen 3
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+constexpr int64_t kChunkPairs = 72;  // pairs of a chunk (block_rows): 18 KB of a 64-column block
+#else
+constexpr int64_t kChunkPairs = 0;   // no chunks: the AVX2 tiles prefetch within the block (kAhead)
+#endif
 
 inline int64_t sub_cols(int64_t cols, int64_t s) { return std::clamp<int64_t>(cols - kSub * s, 0, kSub); }
 
@@ -38,18 +43,31 @@ inline int64_t sub_cols(int64_t cols, int64_t s) { return std::clamp<int64_t>(co
 // block of the table (`pairs` rows of `row_words` words; its first `cols` columns are real) -> out [.., cols]
 // float32 (row stride ldo).
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
+// accum: add to what out holds (an earlier chunk of k pairs), in float, so a sum runs in k order across chunks.
+// next (or null): `lines` 64-byte lines of each of the next chunk's pair rows prefetched, one row per pair of ours.
 template <int ROWS, int NB>  // NB sub-blocks of 16 columns: 4 x 4 = 16 accumulators for a 64-column block
 inline void tile_of(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
-                    int64_t ldo, int64_t cols) {
+                    int64_t ldo, int64_t cols, bool accum, const char* next, int lines) {
   __m512 acc[ROWS][NB];
   for (int r = 0; r < ROWS; ++r)
-    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < pairs; ++p) {
+    for (int j = 0; j < NB; ++j)
+      acc[r][j] = accum ? _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << sub_cols(cols, j)) - 1),
+                                                out + r * ldo + j * kSub)
+                        : _mm512_setzero_ps();
+  auto pair = [&](int64_t p) {
     __m512i b[NB];
     for (int j = 0; j < NB; ++j) b[j] = _mm512_loadu_si512(w + p * row_words + j * kSub);
     for (int r = 0; r < ROWS; ++r) {
       const __m512i a = _mm512_set1_epi32(static_cast<int32_t>(x[r * ldx + p]));
       for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)a, (__m512bh)b[j]);
+    }
+  };
+  if (next == nullptr) {
+    for (int64_t p = 0; p < pairs; ++p) pair(p);
+  } else {
+    for (int64_t p = 0; p < pairs; ++p) {
+      for (int l = 0; l < lines; ++l) _mm_prefetch(next + p * row_words * 4 + l * 64, _MM_HINT_T0);
+      pair(p);
     }
   }
   for (int r = 0; r < ROWS; ++r)
@@ -59,11 +77,11 @@ inline void tile_of(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t r
 
 template <int ROWS>
 inline void tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
-                 int64_t ldo, int64_t cols) {
+                 int64_t ldo, int64_t cols, bool accum = false, const char* next = nullptr, int lines = 0) {
   if (row_words == 64) {
-    tile_of<ROWS, 4>(x, ldx, w, row_words, pairs, out, ldo, cols);
+    tile_of<ROWS, 4>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines);
   } else {
-    tile_of<ROWS, 1>(x, ldx, w, row_words, pairs, out, ldo, cols);
+    tile_of<ROWS, 1>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines);
   }
 }
 #else
@@ -125,24 +143,48 @@ inline void sub_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t 
 }
 #endif
 
-template <int ROWS>  // a block, one sub-block of 16 columns after the other
+template <int ROWS>  // a block, one sub-block of 16 columns after the other; one chunk (kChunkPairs 0)
 inline void tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
-                 int64_t ldo, int64_t cols) {
+                 int64_t ldo, int64_t cols, bool = false, const char* = nullptr, int = 0) {
   for (int64_t s = 0; s * kSub < row_words && sub_cols(cols, s) > 0; ++s)
     sub_tile<ROWS>(x, ldx, w + s * kSub, row_words, pairs, out + s * kSub, ldo, sub_cols(cols, s));
 }
 #endif
 
-// every row of x [M, K] times one column block: 4-row tiles, then the remainder
+// a tile of `rows` (1..kRows) rows
+inline void tile_rows(int64_t rows, const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words,
+                      int64_t pairs, float* out, int64_t ldo, int64_t cols, bool accum, const char* next, int lines) {
+  switch (rows) {
+    case 4: tile<4>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
+    case 3: tile<3>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
+    case 2: tile<2>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
+    default: tile<1>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
+  }
+}
+
+// every row of x [M, K] times one column block (`next`: the block this thread reads after it, or null): passes of
+// at most kRows rows, the rows split evenly between them (9 rows: 3 + 3 + 3, not 4 + 4 + 1, whose last pass is 4
+// dependent chains). With AVX512-BF16, where there are several passes, the block is taken kChunkPairs pairs at a
+// time, every pass over a chunk before the next chunk (all but the first read it from L1), and the passes share out
+// the prefetch of the next chunk (after the last, the next block's first) by 64-byte lines of its pair rows, so the
+// stream runs under all their arithmetic. A chunk after the first adds to the sums the earlier ones left in out, in
+// float: a row's sums still run in k order, the same bits.
 void block_rows(const uint32_t* x, int64_t ldx, int64_t M, const uint32_t* w, int64_t row_words, int64_t pairs,
-                float* out, int64_t ldo, int64_t cols) {
-  int64_t m = 0;
-  for (; m + kRows <= M; m += kRows) tile<kRows>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols);
-  switch (M - m) {
-    case 3: tile<3>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols); break;
-    case 2: tile<2>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols); break;
-    case 1: tile<1>(x + m * ldx, ldx, w, row_words, pairs, out + m * ldo, ldo, cols); break;
-    default: break;
+                float* out, int64_t ldo, int64_t cols, const uint32_t* next) {
+  const int64_t passes = (M + kRows - 1) / kRows, lines = row_words / 16;  // a pair row's 64-byte lines
+  const bool chunked = kChunkPairs > 0 && passes > 1;
+  const int64_t step = chunked ? kChunkPairs : pairs;
+  for (int64_t p0 = 0; p0 < pairs; p0 += step) {
+    const int64_t n = std::min(step, pairs - p0);
+    const uint32_t* after = p0 + n < pairs ? w + (p0 + n) * row_words : next;
+    for (int64_t pass = 0, m = 0; pass < passes; ++pass) {
+      const int64_t rows = (M - m + passes - pass - 1) / (passes - pass);
+      const int64_t line = lines * pass / passes, own = chunked ? lines * (pass + 1) / passes - line : 0;
+      const char* from = own > 0 && after != nullptr ? reinterpret_cast<const char*>(after) + 64 * line : nullptr;
+      tile_rows(rows, x + m * ldx + p0, ldx, w + p0 * row_words, row_words, n, out + m * ldo, ldo, cols, p0 > 0, from,
+                static_cast<int>(from != nullptr ? own : 0));
+      m += rows;
+    }
   }
 }
 
@@ -169,7 +211,8 @@ at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t voca
   float* op = out.mutable_data_ptr<float>();
   at::parallel_for(0, blocks, 256 / C, [&](int64_t begin, int64_t end) {  // 256 columns a grain
     for (int64_t b = begin; b < end; ++b)
-      block_rows(xp, ldx, M, wp + b * pairs * C, C, pairs, op + b * C, vocab, std::min(C, vocab - b * C));
+      block_rows(xp, ldx, M, wp + b * pairs * C, C, pairs, op + b * C, vocab, std::min(C, vocab - b * C),
+                 b + 1 < end ? wp + (b + 1) * pairs * C : nullptr);
   });
   return out;
 }
