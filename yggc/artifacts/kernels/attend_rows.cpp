@@ -286,6 +286,17 @@ int64_t visible_slots(const bool* mask, int64_t ms, int64_t S, int32_t* slots) {
   return n;
 }
 
+// slots 0..run-1 all visible (the cached prefix) -> run, for a row's n visible slots, ascending: slots[i] - i never
+// falls, so the first i with slots[i] != i is found by bisection
+inline int64_t prefix_run(const int32_t* slots, int64_t n) {
+  int64_t lo = 0, hi = n;  // slots[i] == i for every i < lo; slots[i] != i for every i >= hi
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (slots[mid] == mid) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
 // a row of score_all_rows: S slots in whole blocks of 16
 inline int64_t score_row(int64_t S) { return (S + 15) / 16 * 16; }
 
@@ -338,7 +349,7 @@ void attend_all(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& v
       const int64_t h0 = kv * G + group * kHeads, ng = std::min(kHeads, G - group * kHeads);
       if (w != row) {
         n = visible_slots(mp + w * mw, ms, S, slots.data());
-        for (run = 0; run < n && slots[run] == run;) ++run;
+        run = prefix_run(slots.data(), n);
         row = w;
       }
       T* o = op + (h0 * W + w) * hd;  // out [H, W, hd]: head h at o + (h - h0) * W * hd
@@ -375,7 +386,7 @@ void attend_units(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
   std::vector<int64_t> seen(W), run(W);
   for (int64_t w = 0; w < W; ++w) {
     seen[w] = visible_slots(mask.const_data_ptr<bool>() + w * mask.stride(0), mask.stride(1), S, slots.get() + w * S);
-    for (run[w] = 0; run[w] < seen[w] && slots[w * S + run[w]] == run[w];) ++run[w];
+    run[w] = prefix_run(slots.get() + w * S, seen[w]);
   }
   const auto scores = std::make_unique_for_overwrite<float[]>(H * W * sp);  // [KV, W, G] row-heads, sp apart
   const at::BFloat16* kp = keys.const_data_ptr<at::BFloat16>();
