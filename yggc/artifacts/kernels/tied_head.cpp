@@ -43,31 +43,27 @@ inline int64_t sub_cols(int64_t cols, int64_t s) { return std::clamp<int64_t>(co
 // block of the table (`pairs` rows of `row_words` words; its first `cols` columns are real) -> out [.., cols]
 // float32 (row stride ldo).
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
-// accum: add to what out holds (an earlier chunk of k pairs), in float, so a sum runs in k order across chunks.
-// next (or null): `lines` 64-byte lines of each of the next chunk's pair rows prefetched, one row per pair of ours.
-template <int ROWS, int NB>  // NB sub-blocks of 16 columns: 4 x 4 = 16 accumulators for a 64-column block
+// CHUNKED: the block's pairs come in chunks (block_rows): from the second (accum) the sums add to what out holds, in
+// float, so they still run in k order; next (or null): `lines` 64-byte lines of each of the next chunk's pair rows
+// prefetched, one pair row per pair of ours.
+template <int ROWS, int NB, bool CHUNKED>  // NB sub-blocks of 16 columns: 4 x 4 = 16 accumulators for 64 columns
 inline void tile_of(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
                     int64_t ldo, int64_t cols, bool accum, const char* next, int lines) {
   __m512 acc[ROWS][NB];
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < NB; ++j)
-      acc[r][j] = accum ? _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << sub_cols(cols, j)) - 1),
-                                                out + r * ldo + j * kSub)
-                        : _mm512_setzero_ps();
-  auto pair = [&](int64_t p) {
+      acc[r][j] = CHUNKED && accum ? _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << sub_cols(cols, j)) - 1),
+                                                           out + r * ldo + j * kSub)
+                                   : _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    if constexpr (CHUNKED) {
+      for (int l = 0; l < lines; ++l) _mm_prefetch(next + p * row_words * 4 + l * 64, _MM_HINT_T0);
+    }
     __m512i b[NB];
     for (int j = 0; j < NB; ++j) b[j] = _mm512_loadu_si512(w + p * row_words + j * kSub);
     for (int r = 0; r < ROWS; ++r) {
       const __m512i a = _mm512_set1_epi32(static_cast<int32_t>(x[r * ldx + p]));
       for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)a, (__m512bh)b[j]);
-    }
-  };
-  if (next == nullptr) {
-    for (int64_t p = 0; p < pairs; ++p) pair(p);
-  } else {
-    for (int64_t p = 0; p < pairs; ++p) {
-      for (int l = 0; l < lines; ++l) _mm_prefetch(next + p * row_words * 4 + l * 64, _MM_HINT_T0);
-      pair(p);
     }
   }
   for (int r = 0; r < ROWS; ++r)
@@ -77,11 +73,16 @@ inline void tile_of(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t r
 
 template <int ROWS>
 inline void tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
-                 int64_t ldo, int64_t cols, bool accum = false, const char* next = nullptr, int lines = 0) {
-  if (row_words == 64) {
-    tile_of<ROWS, 4>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines);
+                 int64_t ldo, int64_t cols, bool chunked = false, bool accum = false, const char* next = nullptr,
+                 int lines = 0) {
+  if (row_words == 64 && chunked) {
+    tile_of<ROWS, 4, true>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines);
+  } else if (row_words == 64) {
+    tile_of<ROWS, 4, false>(x, ldx, w, row_words, pairs, out, ldo, cols, false, nullptr, 0);
+  } else if (chunked) {
+    tile_of<ROWS, 1, true>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines);
   } else {
-    tile_of<ROWS, 1>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines);
+    tile_of<ROWS, 1, false>(x, ldx, w, row_words, pairs, out, ldo, cols, false, nullptr, 0);
   }
 }
 #else
@@ -145,7 +146,7 @@ inline void sub_tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t 
 
 template <int ROWS>  // a block, one sub-block of 16 columns after the other; one chunk (kChunkPairs 0)
 inline void tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words, int64_t pairs, float* out,
-                 int64_t ldo, int64_t cols, bool = false, const char* = nullptr, int = 0) {
+                 int64_t ldo, int64_t cols, bool = false, bool = false, const char* = nullptr, int = 0) {
   for (int64_t s = 0; s * kSub < row_words && sub_cols(cols, s) > 0; ++s)
     sub_tile<ROWS>(x, ldx, w + s * kSub, row_words, pairs, out + s * kSub, ldo, sub_cols(cols, s));
 }
@@ -153,12 +154,13 @@ inline void tile(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_
 
 // a tile of `rows` (1..kRows) rows
 inline void tile_rows(int64_t rows, const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t row_words,
-                      int64_t pairs, float* out, int64_t ldo, int64_t cols, bool accum, const char* next, int lines) {
+                      int64_t pairs, float* out, int64_t ldo, int64_t cols, bool chunked, bool accum, const char* next,
+                      int lines) {
   switch (rows) {
-    case 4: tile<4>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
-    case 3: tile<3>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
-    case 2: tile<2>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
-    default: tile<1>(x, ldx, w, row_words, pairs, out, ldo, cols, accum, next, lines); break;
+    case 4: tile<4>(x, ldx, w, row_words, pairs, out, ldo, cols, chunked, accum, next, lines); break;
+    case 3: tile<3>(x, ldx, w, row_words, pairs, out, ldo, cols, chunked, accum, next, lines); break;
+    case 2: tile<2>(x, ldx, w, row_words, pairs, out, ldo, cols, chunked, accum, next, lines); break;
+    default: tile<1>(x, ldx, w, row_words, pairs, out, ldo, cols, chunked, accum, next, lines); break;
   }
 }
 
@@ -181,8 +183,8 @@ void block_rows(const uint32_t* x, int64_t ldx, int64_t M, const uint32_t* w, in
       const int64_t rows = (M - m + passes - pass - 1) / (passes - pass);
       const int64_t line = lines * pass / passes, own = chunked ? lines * (pass + 1) / passes - line : 0;
       const char* from = own > 0 && after != nullptr ? reinterpret_cast<const char*>(after) + 64 * line : nullptr;
-      tile_rows(rows, x + m * ldx + p0, ldx, w + p0 * row_words, row_words, n, out + m * ldo, ldo, cols, p0 > 0, from,
-                static_cast<int>(from != nullptr ? own : 0));
+      tile_rows(rows, x + m * ldx + p0, ldx, w + p0 * row_words, row_words, n, out + m * ldo, ldo, cols, chunked,
+                p0 > 0, from, static_cast<int>(from != nullptr ? own : 0));
       m += rows;
     }
   }
