@@ -41,3 +41,21 @@ def test_packages_of_one_model_time_side_by_side_and_other_weights_are_refused(c
     first = capsys.readouterr().out.splitlines()[0]
     agreement = float(first.split("argmax agreement with the first >= ")[1].split(";")[0])
     assert 0 <= agreement < 1  # other weights: some row's argmax differs
+
+
+def test_packages_with_the_first_ones_weights_read_its_constants_file(tmp_path):
+    """Copies of the same weights sit on other physical pages: every package of equal constants reads the first's."""
+    packages = []
+    for name, weights in (("a", b"same"), ("b", b"same"), ("c", b"else")):
+        (tmp_path / name).mkdir()
+        packages.append(tmp_path / name / "v.pt2")
+        packages[-1].write_bytes(name.encode())
+        (tmp_path / name / "v.constants.safetensors").write_bytes(weights)
+        (tmp_path / name / "yggc_kernels.so").write_bytes(name.encode())
+    into = tmp_path / "links"
+    into.mkdir()
+    a, b, c = tool.one_constants(packages, into)
+    assert a == packages[0] and c == packages[2]  # the first, and other weights, load as they are
+    assert b.parent.parent == into and b.read_bytes() == b"b"  # a copy of b's package
+    assert b.with_name("v.constants.safetensors").resolve() == packages[0].with_name("v.constants.safetensors")
+    assert b.with_name("yggc_kernels.so").read_bytes() == b"b"  # with its own kernel library
