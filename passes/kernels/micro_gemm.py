@@ -74,8 +74,8 @@ def kernel_source(bits: int, k_loop: str) -> str:
 # block (ldb == block_n), Inductor's template reads that next (its cache blocking gives each call one column block,
 # Nc_blocks = 1, in order: the same block's next k chunk, else the next column block).
 # chunk_pairs (with even_split and prefetch_rows): where a column block takes two passes, they take it chunk_pairs k
-# pairs at a time, pass p prefetching line p of each k pair of the next chunk (after the last, the next block's first),
-# the second reading the chunk from L1 (ENTRY's CHUNKED branch; at three passes or more it measured slower). A chunk
+# pairs at a time, each pass prefetching half the lines of the next chunk (after the last, the next block's first)
+# and the second reading the chunk from L1 (ENTRY's CHUNKED branch; at three passes or more it measured slower). A chunk
 # after the first adds to C what the earlier ones left there, in float: a row's sums run in the same k order as in
 # one pass, so its bits do not change. Both branches call the kernel through one switch on the row count
 # (call_kernel).
@@ -120,10 +120,10 @@ ENTRY = r"""
                     const {{input_t}}* a = A + m * lda + k0;
                     const {{input2_t}}* b = B + 2 * n + k0 * ldb;
                     {{output_t}}* c = C + m * ldc + n;
-                    // pass p prefetches line p of each of the next chunk's k pairs (2 * block_n elements, 2 lines
-                    // per 32 columns): the stream runs under both passes' arithmetic, not the first's alone
-                    const {{input2_t}}* next_b = next_chunk == nullptr ? nullptr : next_chunk + pass * {{block_n}};
-                    const int64_t lines = {{block_n}} / 32;
+                    // each pass prefetches its share of every k pair of the next chunk (a k pair of the block is
+                    // 2 * block_n bf16: block_n / 16 lines of 64 bytes), so the stream runs under both passes
+                    const int64_t lines = {{block_n}} / 16 / passes;
+                    const {{input2_t}}* next_b = next_chunk == nullptr ? nullptr : next_chunk + pass * lines * 32;
                     if (accum || k0 > 0) {
                         {{- call_kernel("true") }}
                     } else {
