@@ -155,7 +155,8 @@ def build_identity(device: str, cxx: str) -> str:
 
 
 def machine_identity(device: str) -> str:
-    """What the generated code was compiled for: the CPU's model and every flag (-march=native), or the GPU."""
+    """What the generated code was compiled for: the CPU's model, every flag (-march=native) and its caches'
+    sizes (Inductor's GEMM blocking and the kernels' prefetch level follow them), or the GPU."""
     if device_kind(device) == "cuda":
         return f"{torch.cuda.get_device_name(device)} {torch.cuda.get_device_capability(device)} {torch.version.cuda}"
     try:
@@ -163,7 +164,8 @@ def machine_identity(device: str) -> str:
     except OSError:
         lines = []
     wanted = [line for line in lines if line.startswith(("model name", "flags"))][:2]
-    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} " + " ".join(wanted)
+    caches = {k: v for k, v in torch.cpu.get_capabilities().items() if k.endswith("cache_size")}
+    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {caches} " + " ".join(wanted)
 
 
 def tensor_digest(h, name: str, t: torch.Tensor, values: bool) -> None:

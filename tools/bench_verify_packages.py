@@ -127,6 +127,7 @@ def main(argv=None) -> None:
         if args.command == "lower":
             if not args.out:
                 ap.error("lower needs -o/--out")
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             lower_model(load(args).graph, PACKAGE_WIDTH, args.max_seq, Path(args.out))
         elif len(args.packages) < 2:
             ap.error("time needs two or more packages")

@@ -30,6 +30,9 @@ passes or more every size measured slower); the first pass prefetching the whole
 under the second, and splitting it made the 12-20-row calls another 0.3-0.6 ms faster (Zen 5;
 docs/benchmarks/cpu-verify-curve.md).
 
+Prefetch level: into L1 where a chunk and the next one fit in L1 together (Zen 5's 48 KB), else into L2 (Zen 4's
+32 KB), as prefetch.hint decides; on the Zen 4 the L2 prefetch made the 8-16-row sweeps 0.6-3.9 ms faster.
+
 Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
 fp32-vector bf16 configs decline where this one applies (the template ranks larger register blocks first, not
 faster ones), on machines whose vector ISA has AVX512-BF16. AMX configs still outrank it. Row invariance: see
@@ -41,13 +44,15 @@ import functools
 
 import torch
 
-from . import micro_gemm
+from . import micro_gemm, prefetch
 
 # (block_m, block_n, block_k), the k pair as block_k: at most 10 rows a pass, 32 columns (see above)
 BLOCKINGS = ((10, 32, 2),)
 PREFETCH_ROWS = 3  # calls of fewer rows leave the weights to the hardware's prefetch (see above)
 CHUNK_PAIRS = 144  # at 11-20 rows the two passes over a column block take it 144 k pairs (18 KB) at a time
-ENTRY_OPTIONS = {"even_split": True, "prefetch_rows": PREFETCH_ROWS, "chunk_pairs": CHUNK_PAIRS}
+CHUNK_BYTES = CHUNK_PAIRS * 2 * BLOCKINGS[0][1] * 2  # a chunk's bf16 k pairs over the block's columns
+ENTRY_OPTIONS = {"even_split": True, "prefetch_rows": PREFETCH_ROWS, "chunk_pairs": CHUNK_PAIRS,
+                 "prefetch_hint": prefetch.hint(CHUNK_BYTES)}
 
 KERNEL = micro_gemm.kernel_source(512, r"""
     __m512i va;
@@ -74,7 +79,7 @@ KERNEL = micro_gemm.kernel_source(512, r"""
         for (int64_t k = 0; k < K; k += 2) {
             // a plain loop: g++ 12 drops a prefetch in ForcedUnroll's lambda
             for (int line = 0; line < next_lines; ++line) {
-                _mm_prefetch(next + (k * ldb + line * 32) * 2, _MM_HINT_T0);
+                _mm_prefetch(next + (k * ldb + line * 32) * 2, {{prefetch_hint}});
             }
             c10::ForcedUnroll<ROWS * COLS>{}(compute, k);
         }

@@ -16,6 +16,8 @@ from collections.abc import Callable
 import jinja2
 import torch
 
+from . import prefetch
+
 # A kernel's frame: a template on the row count and the block's columns, over a row block of A, a k-pair
 # packed block of B and the fp32 block of C (accum: add to C instead of overwriting it); fp32 accumulators
 # vc[ROWS * COLS] of VEC-wide vectors (COLS = N / LANES), loaded or zeroed; the kernel's own k loop; C stored.
@@ -166,7 +168,7 @@ Check = Callable[..., bool]
 
 def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, usable: Check,
                           displace: bool = False, even_split: bool = False, prefetch_rows: int | None = None,
-                          chunk_pairs: int | None = None) -> bool:
+                          chunk_pairs: int | None = None, prefetch_hint: str = prefetch.L1) -> bool:
     """Add the bf16 x bf16 -> fp32 micro-kernel `kernel` (a Jinja template defining {{kernel_name}}_kernel)
     to Inductor's choices for the vector ISA class `isa` of torch._inductor.cpu_vec_isa, at `blockings`
     (block_m, block_n, 2), where `usable` accepts. displace: Inductor's own bf16 kernels for that ISA
@@ -174,7 +176,8 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
     even_split: rows in even passes instead of whole blocks and a tail (ENTRY). prefetch_rows: from this many rows
     a call hands its kernels the next call's weights (next_B, ENTRY), for a kernel that prefetches them.
     chunk_pairs (with even_split and prefetch_rows): two passes over a column block take it this many k pairs at
-    a time (ENTRY's CHUNKED branch). -> whether it is registered; call once per process."""
+    a time (ENTRY's CHUNKED branch). prefetch_hint: the {{prefetch_hint}} the kernel's prefetches name (prefetch.hint).
+    -> whether it is registered; call once per process."""
     try:
         import torch._inductor.lowering  # noqa: F401 (first: importing cpp_micro_gemm alone is a circular import)
         from torch._inductor import cpu_vec_isa
@@ -185,6 +188,7 @@ def register_vnni2_kernel(name: str, kernel: str, isa: str, blockings: tuple, us
             options = {"declare_kernel": self.get_kernel_declaration(), "kernel": template_kernel,
                        "block_m": self.register_blocking.block_m, "block_n": self.register_blocking.block_n,
                        "even_split": even_split, "prefetch_rows": prefetch_rows, "chunk_pairs": chunk_pairs,
+                       "prefetch_hint": prefetch_hint,
                        **self.get_common_options()}
             return render(kernel, options, KernelTemplate._template_from_string)
 

@@ -33,6 +33,9 @@ constexpr int64_t kRows = 4;    // rows per register tile
 constexpr int64_t kAhead = 32;  // AVX2: pairs prefetched ahead (2 KB): 5-14% faster at 1-8 rows on Zen 3
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 constexpr int64_t kChunkPairs = 72;  // pairs of a chunk (block_rows): 18 KB of a 64-column block
+#ifndef YGGC_PREFETCH_HINT  // the build names it: L1 where a chunk and the next fit there, else L2 (kernel_library)
+#define YGGC_PREFETCH_HINT _MM_HINT_T0
+#endif
 #else
 constexpr int64_t kChunkPairs = 0;   // no chunks: the AVX2 tiles prefetch within the block (kAhead)
 #endif
@@ -57,7 +60,7 @@ inline void tile_of(const uint32_t* x, int64_t ldx, const uint32_t* w, int64_t r
                                    : _mm512_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
     if constexpr (CHUNKED) {
-      for (int l = 0; l < lines; ++l) _mm_prefetch(next + p * row_words * 4 + l * 64, _MM_HINT_T0);
+      for (int l = 0; l < lines; ++l) _mm_prefetch(next + p * row_words * 4 + l * 64, YGGC_PREFETCH_HINT);
     }
     __m512i b[NB];
     for (int j = 0; j < NB; ++j) b[j] = _mm512_loadu_si512(w + p * row_words + j * kSub);
