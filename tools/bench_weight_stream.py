@@ -7,7 +7,7 @@ and micro_gemm.py, rendered as a compile renders them) run in a small C++ harnes
 row count: at most 10 rows a pass, split evenly, two passes in chunks of k pairs, the next weights prefetched from
 PREFETCH_ROWS rows. Beside it the arithmetic alone: the same row passes of the kernel over one 36 KB block per
 thread that stays in L1, nothing prefetched. `--chunk-pairs` renders the entry with other chunk sizes (0: none) and
-times them in turn. Printed, per row count, medians over `--repeats` rounds: the stream's time, the arithmetic's,
+`--hints` with other prefetch levels (_MM_HINT_T0 into L1, _MM_HINT_T1 into L2, ...), every pair timed in turn. Printed, per row count, medians over `--repeats` rounds: the stream's time, the arithmetic's,
 the 1-row stream's (the weights at the memory's speed), and how much of the shorter of the two extra parts the
 stream hid: overlap = (T(1) + arithmetic - T(R)) / min(T(1), arithmetic) (1: fully hidden, 0: they add).
 
@@ -31,24 +31,25 @@ HARNESS = Path(__file__).with_name("weight_stream.cpp")
 MAX_ROWS = 16  # the harness's row buffers
 
 
-def render_kernel(chunk_pairs: int) -> str:
+def render_kernel(chunk_pairs: int, hint: str = avx512_bf16_gemm.ENTRY_OPTIONS["prefetch_hint"]) -> str:
     """avx512_bf16_gemm's kernel and entry (yggc_gemm) as a compile renders them, on raw bf16 bits, with passes
-    over a block in chunks of `chunk_pairs` k pairs (0: none)."""
+    over a block in chunks of `chunk_pairs` k pairs (0: none) and the next weights prefetched with `hint`."""
     block_m, block_n, _ = avx512_bf16_gemm.BLOCKINGS[0]
     declaration = ("template <bool accum>\ninline void yggc_gemm(const uint16_t* __restrict__ A, "
                    "const uint16_t* __restrict__ B, float* __restrict__ C, int64_t M, int64_t N, int64_t K, "
                    "int64_t lda, int64_t ldb, int64_t ldc)")
     options = {"kernel_name": "yggc_gemm", "declare_kernel": declaration, "kernel": {"assert_function": "YGGC_CHECK"},
                "input_t": "uint16_t", "input2_t": "uint16_t", "output_t": "float", "restrict_keyword": "__restrict__",
-               "block_m": block_m, "block_n": block_n, **avx512_bf16_gemm.ENTRY_OPTIONS, "chunk_pairs": chunk_pairs}
+               "block_m": block_m, "block_n": block_n, **avx512_bf16_gemm.ENTRY_OPTIONS, "chunk_pairs": chunk_pairs,
+               "prefetch_hint": hint}
     return micro_gemm.render(avx512_bf16_gemm.KERNEL, options)
 
 
-def build(folder: Path, chunk_pairs: int) -> Path:
+def build(folder: Path, chunk_pairs: int, hint: str = avx512_bf16_gemm.ENTRY_OPTIONS["prefetch_hint"]) -> Path:
     """The harness with the rendered kernel, compiled with the kernel library's flags. -> the executable."""
     folder.mkdir()
     kernel = folder / "kernel.h"
-    kernel.write_text(render_kernel(chunk_pairs))
+    kernel.write_text(render_kernel(chunk_pairs, hint))
     out = folder / "weight_stream"
     command = ["g++", "-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-std=c++20",
                f'-DKERNEL_SOURCE="{kernel}"',
@@ -104,15 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-pairs", type=parse_chunks, default=[avx512_bf16_gemm.CHUNK_PAIRS],
                         help="entries to compare: k pairs per chunk of the passes over a block, 0 for none "
                              f"(default: the compiled {avx512_bf16_gemm.CHUNK_PAIRS})")
+    parser.add_argument("--hints", type=lambda t: t.split(","),
+                        default=[avx512_bf16_gemm.ENTRY_OPTIONS["prefetch_hint"]],
+                        help="prefetch levels to compare, e.g. _MM_HINT_T0,_MM_HINT_T1 (default: the one compiled "
+                             "here, passes/kernels/prefetch.py)")
     args = parser.parse_args(argv)
     if torch.backends.cpu.get_cpu_capability() != "AVX512" or not torch.cpu._is_avx512_bf16_supported():
         parser.error("this CPU has no AVX512-BF16: the kernel measured here is not the one its compiles use")
     with tempfile.TemporaryDirectory() as tmp:
-        executables = [build(Path(tmp) / f"chunk{c}", c) for c in args.chunk_pairs]
+        entries = [(c, h) for h in args.hints for c in args.chunk_pairs]
+        executables = [build(Path(tmp) / f"chunk{c}{h}", c, h) for c, h in entries]
         checks = [check(e) for e in executables]
         times = time_rows(executables, args.mb, args.rows, args.repeats)
-    for chunk, (worst, invariant), by in zip(args.chunk_pairs, checks, times):
-        print(f"\nentry with chunks of {chunk or 'all'} k pairs: worst relative error {worst:.2g} against float64, "
+    for (chunk, hint), (worst, invariant), by in zip(entries, checks, times):
+        print(f"\nentry with chunks of {chunk or 'all'} k pairs, prefetch {hint}: worst relative error {worst:.2g} "
+              "against float64, "
               f"rows bit-identical at every row count: {'yes' if invariant else 'NO'}\n")
         t1 = by[1, "stream"]
         print("| rows | stream ms | arithmetic alone ms | stream - T(1) ms | overlap |")
