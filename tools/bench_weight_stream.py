@@ -7,7 +7,8 @@ and micro_gemm.py, rendered as a compile renders them) run in a small C++ harnes
 row count: at most 10 rows a pass, split evenly, two passes in chunks of k pairs, the next weights prefetched from
 PREFETCH_ROWS rows. Beside it the arithmetic alone: the same row passes of the kernel over one 36 KB block per
 thread that stays in L1, nothing prefetched. `--chunk-pairs` renders the entry with other chunk sizes (0: none) and
-`--hints` with other prefetch levels (_MM_HINT_T0 into L1, _MM_HINT_T1 into L2, ...), every pair timed in turn. Printed, per row count, medians over `--repeats` rounds: the stream's time, the arithmetic's,
+`--hints` with other prefetch levels (_MM_HINT_T0 into L1, _MM_HINT_T1 into L2, ...), every pair timed in turn.
+Printed, per row count, medians over `--repeats` rounds: the stream's time, the arithmetic's,
 the 1-row stream's (the weights at the memory's speed), and how much of the shorter of the two extra parts the
 stream hid: overlap = (T(1) + arithmetic - T(R)) / min(T(1), arithmetic) (1: fully hidden, 0: they add).
 
@@ -29,9 +30,10 @@ from yggc.passes.kernels import avx512_bf16_gemm, micro_gemm
 
 HARNESS = Path(__file__).with_name("weight_stream.cpp")
 MAX_ROWS = 16  # the harness's row buffers
+COMPILED_HINT = avx512_bf16_gemm.ENTRY_OPTIONS["prefetch_hint"]  # the level a compile here renders
 
 
-def render_kernel(chunk_pairs: int, hint: str = avx512_bf16_gemm.ENTRY_OPTIONS["prefetch_hint"]) -> str:
+def render_kernel(chunk_pairs: int, hint: str = COMPILED_HINT) -> str:
     """avx512_bf16_gemm's kernel and entry (yggc_gemm) as a compile renders them, on raw bf16 bits, with passes
     over a block in chunks of `chunk_pairs` k pairs (0: none) and the next weights prefetched with `hint`."""
     block_m, block_n, _ = avx512_bf16_gemm.BLOCKINGS[0]
@@ -45,7 +47,7 @@ def render_kernel(chunk_pairs: int, hint: str = avx512_bf16_gemm.ENTRY_OPTIONS["
     return micro_gemm.render(avx512_bf16_gemm.KERNEL, options)
 
 
-def build(folder: Path, chunk_pairs: int, hint: str = avx512_bf16_gemm.ENTRY_OPTIONS["prefetch_hint"]) -> Path:
+def build(folder: Path, chunk_pairs: int, hint: str = COMPILED_HINT) -> Path:
     """The harness with the rendered kernel, compiled with the kernel library's flags. -> the executable."""
     folder.mkdir()
     kernel = folder / "kernel.h"
@@ -105,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-pairs", type=parse_chunks, default=[avx512_bf16_gemm.CHUNK_PAIRS],
                         help="entries to compare: k pairs per chunk of the passes over a block, 0 for none "
                              f"(default: the compiled {avx512_bf16_gemm.CHUNK_PAIRS})")
-    parser.add_argument("--hints", type=lambda t: t.split(","),
-                        default=[avx512_bf16_gemm.ENTRY_OPTIONS["prefetch_hint"]],
+    parser.add_argument("--hints", type=lambda t: t.split(","), default=[COMPILED_HINT],
                         help="prefetch levels to compare, e.g. _MM_HINT_T0,_MM_HINT_T1 (default: the one compiled "
                              "here, passes/kernels/prefetch.py)")
     args = parser.parse_args(argv)

@@ -3,8 +3,8 @@
 The library is compiled once per source, torch build and CPU capability with the C++ compiler Inductor
 already needs, cached under ~/.cache/yggc/kernels, and copied beside every CPU package lowered with it
 (artifacts.kernel_ops.load_beside loads it from there). -march=native, as Inductor's own kernels: the
-bundle's ISA fingerprint already ties it to CPUs like this one. The build names the level the tied head prefetches
-its next chunk into (-DYGGC_PREFETCH_HINT, prefetch.hint for this CPU's L1 data cache).
+bundle's ISA fingerprint already ties it to CPUs like this one. The build names the tied head's chunk (-DYGGC_HEAD_CHUNK_PAIRS) and
+the level it prefetches the next chunk into (-DYGGC_PREFETCH_HINT, prefetch.hint for this CPU's L1 data cache).
 """
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from . import prefetch
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "yggc" / "kernels"
 CAPABILITY_MACROS = {"AVX512": "-DCPU_CAPABILITY_AVX512", "AVX2": "-DCPU_CAPABILITY_AVX2"}  # ATen's vec headers
-HEAD_CHUNK_BYTES = 72 * 64 * 4  # tied_head.cpp's chunk: kChunkPairs pair rows of a 64-column block, 4 bytes a column
+# the tied head's chunk (tied_head.cpp block_rows, AVX512-BF16): pair rows of a 64-column block, 4 bytes a column
+HEAD_CHUNK_PAIRS = 72
+HEAD_CHUNK_BYTES = HEAD_CHUNK_PAIRS * 64 * 4
 
 
 def compile_command(sources: tuple[Path, ...], out: Path) -> list[str]:
@@ -38,7 +40,7 @@ def compile_command(sources: tuple[Path, ...], out: Path) -> list[str]:
     return ["g++", "-O3", "-march=native", "-ffp-contract=off", "-fvisibility=hidden", "-fPIC", "-shared",
             "-std=c++20", "-fopenmp",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", *([macro] if macro else []),
-            f"-DYGGC_PREFETCH_HINT={prefetch.hint(HEAD_CHUNK_BYTES)}",
+            f"-DYGGC_HEAD_CHUNK_PAIRS={HEAD_CHUNK_PAIRS}", f"-DYGGC_PREFETCH_HINT={prefetch.hint(HEAD_CHUNK_BYTES)}",
             *includes, *map(str, sources), "-o", str(out), *libs, "-lc10", "-ltorch", "-ltorch_cpu"]
 
 

@@ -32,10 +32,12 @@ constexpr int64_t kSub = 16;    // columns per sub-block: one 16-lane vector (tw
 constexpr int64_t kRows = 4;    // rows per register tile
 constexpr int64_t kAhead = 32;  // AVX2: pairs prefetched ahead (2 KB): 5-14% faster at 1-8 rows on Zen 3
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
-constexpr int64_t kChunkPairs = 72;  // pairs of a chunk (block_rows): 18 KB of a 64-column block
-#ifndef YGGC_PREFETCH_HINT  // the build names it: L1 where a chunk and the next fit there, else L2 (kernel_library)
-#define YGGC_PREFETCH_HINT _MM_HINT_T0
+// the build names both (passes/kernels/kernel_library.py): a chunk's pair rows (block_rows; 72: 18 KB of a
+// 64-column block) and the level its next chunk is prefetched into (L1 where two chunks fit there, else L2)
+#if !defined(YGGC_HEAD_CHUNK_PAIRS) || !defined(YGGC_PREFETCH_HINT)
+#error "build with kernel_library.compile_command: it defines YGGC_HEAD_CHUNK_PAIRS and YGGC_PREFETCH_HINT"
 #endif
+constexpr int64_t kChunkPairs = YGGC_HEAD_CHUNK_PAIRS;
 #else
 constexpr int64_t kChunkPairs = 0;   // no chunks: the AVX2 tiles prefetch within the block (kAhead)
 #endif
