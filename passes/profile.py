@@ -112,12 +112,20 @@ class HeadSteps:
         return self.head(input_ids, feature, position_ids, cache_slots, attn_mask)
 
 
-def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, float]:
-    """One draft phase and one greedy verify phase as the decode loop calls them (host glue included)."""
+def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, dict[str, float]]:
+    """One draft phase and one greedy verify phase as the decode loop calls them (host glue included), and the
+    verifier's own call at the verify phase's width and at one row, the four taking turns call by call ->
+    {"phase_ms": {draft, verify}, "phase_verifier_ms": {width: ms}}. The glue is what a phase takes beyond its calls:
+    timed in the same minutes as the phases, the calls move with the VM's memory speed as the phases do (a SmolLM2
+    verify call 10-20% within minutes), where calls timed minutes earlier let that drift pass for glue."""
+    verify_width = decoder.shape.verify + 1
     with torch.inference_mode(), device_scope(decoder.device):  # host-built inputs go where the models are
         draft = decoder.draft_tree([0], context)
-        return {"draft": steady_ms(lambda: decoder.draft_tree([0], context), repeats),
-                "verify": steady_ms(lambda: decoder.verify_greedy(draft, context), repeats)}
+        ms = steady_ms_each({"draft": lambda: decoder.draft_tree([0], context),
+                             "verify": lambda: decoder.verify_greedy(draft, context),
+                             str(verify_width): bucket_call(decoder.verifier, verify_width, decoder.layout, context),
+                             "1": bucket_call(decoder.verifier, 1, decoder.layout, context)}, repeats)
+    return {"phase_ms": {"draft": ms.pop("draft"), "verify": ms.pop("verify")}, "phase_verifier_ms": ms}
 
 
 def profile_context(layout: CacheLayout) -> int:
@@ -127,7 +135,7 @@ def profile_context(layout: CacheLayout) -> int:
 def phase_profile(decoder: SpeculativeDecoder, repeats: int) -> dict:
     """The decoder's draft and verify phases timed whole at its shape (host glue included) and that shape: what
     StageCosts.from_profile prices the glue around the model calls from."""
-    return {"phase_ms": phase_latency_ms(decoder, profile_context(decoder.layout), repeats),
+    return {**phase_latency_ms(decoder, profile_context(decoder.layout), repeats),
             "phase_shape": [decoder.shape.depth, decoder.shape.width, decoder.shape.verify]}
 
 

@@ -22,6 +22,8 @@ def test_fit_is_flat_for_one_point():
 def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     """SmolLM2 bf16 on an AMD EPYC (AVX512-BF16): the calibrated D2 W2 V3 tree priced at 1.18x, its compiled
     phases measured 1.02x, and decoding measured 0.76x; the verdict follows the decode."""
+    from dataclasses import replace
+
     from yggc.passes.choose_shape import checked_plan
     from yggc.passes.decode_check import MIN_SPEEDUP
 
@@ -43,6 +45,10 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     within_noise = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), steps.append)
     assert not within_noise.speculate and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
+    same_minutes = checked_plan(plan, {**profile, "phase_verifier_ms": {"1": 11.0, "4": 14.0}},
+                                DecodeCheck(7.0, 8.4, 1.2, 96), steps.append)
+    assert same_minutes.measured == replace(fast.measured, verifier_step_ms=11.0,  # the step timed with the phases
+                                            speedup=round(1.55 * 11.0 / (1.3 + 14.52), 4))
     assert plan == BundlePlan(best.shape, "calibration", best, best, (best,))  # a new plan; the given one is kept
     # with the greedy default's decode (suffix branches) the verdict follows it; the estimate is the tree's own
     branched = DecodeCheck(6.4, 8.37, 1.31, 96)

@@ -51,6 +51,17 @@ def test_glue_is_what_the_phases_took_beyond_the_priced_stages():
         assert list_schedule(iteration_dag(variant, shape, costs)).iteration_ms == pytest.approx(total)
 
 
+def test_glue_subtracts_the_verifier_call_timed_in_turn_with_the_phases():
+    """A shared VM's memory speed moves a verify call by 10-20% within minutes: priced by a curve timed minutes
+    before the phases, that drift would pass for glue. The profile times the verifier's call at the verify width in
+    turn with the phases, and the glue is the verify phase's time beyond that call."""
+    shape = TreeShape(3, 2, 5)  # verifies 6 rows; the curve says 10 ms there, the same minutes' call took 11.2
+    phases = {"phase_ms": {"draft": 6 + 3 * 0.4, "verify": 11.2 + 0.6 + 0.3}, "phase_shape": [3, 2, 5]}
+    drifted = StageCosts.from_profile({**PROFILE, **phases, "phase_verifier_ms": {"1": 9.0, "6": 11.2}})
+    assert drifted.glue_ms == pytest.approx((0.4, 0.3))
+    assert StageCosts.from_profile({**PROFILE, **phases}).glue_ms == pytest.approx((0.4, 1.5))  # no call: the curve
+
+
 def test_a_timed_width_is_priced_at_its_median_and_others_by_the_fit():
     """The fit is a smooth roofline; where the profile timed a width the objective takes the timing, so a shape
     whose verify width the fit overprices is not ranked below one it prices right."""

@@ -285,6 +285,8 @@ def test_profile_follows_schema(bundle):
     assert all(0 <= v <= 1 for v in context["attention_share"].values())
     assert set(profile["host_ms"]) == {"prune", "tree_mask", "accept_greedy", "compact_kv"}
     assert set(profile["phase_ms"]) == {"draft", "verify"}
+    verify_width = json.loads((bundle / "plan.json").read_text())["verify"] + 1
+    assert set(profile["phase_verifier_ms"]) == {"1", str(verify_width)}  # the calls timed in turn with the phases
 
 
 def test_profile_command_plots(bundle, tmp_path, capsys):

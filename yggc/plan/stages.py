@@ -75,7 +75,9 @@ class StageCosts:
         costs = cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})),
                     dict(profile.get("fuzzy", {})))
         if "phase_ms" in profile and "phase_shape" in profile:
-            costs = replace(costs, glue_ms=measured_glue(profile["phase_ms"], TreeShape(*profile["phase_shape"]), costs))
+            glue = measured_glue(profile["phase_ms"], TreeShape(*profile["phase_shape"]), costs,
+                                 profile.get("phase_verifier_ms", {}))
+            costs = replace(costs, glue_ms=glue)
         return costs
 
     def prices(self, variant: str) -> bool:
@@ -128,13 +130,17 @@ def iteration_stages(variant: str, shape: TreeShape, p: StageCosts) -> list[Stag
     return stages
 
 
-def measured_glue(phase_ms: dict[str, float], shape: TreeShape, p: StageCosts) -> tuple[float, float]:
+def measured_glue(phase_ms: dict[str, float], shape: TreeShape, p: StageCosts,
+                  verifier_ms: dict[str, float] | None = None) -> tuple[float, float]:
     """Host work around the model calls from the draft and verify phases timed whole at `shape` (the
     profile's phase_ms): (ms per drafter call, ms per verify phase), beyond what the stages already price
-    (the drafter and verifier calls, prune, accept, K/V compaction). Never negative."""
+    (the drafter and verifier calls, prune, accept, K/V compaction). The verifier's call is the one timed in turn
+    with the phases where `verifier_ms` (width -> ms, the profile's phase_verifier_ms) has it, else its curve. Never
+    negative."""
     drafter_calls = p.drafter(HEAD_WIDTH) + (shape.depth - 1) * p.drafter(shape.width)
     per_call = max(0.0, phase_ms["draft"] - drafter_calls) / shape.depth
-    priced = p.verifier(shape.verify + 1) + p.host("prune") + p.host("accept_greedy") + p.host("compact_kv")
+    verify_call = (verifier_ms or {}).get(str(shape.verify + 1), p.verifier(shape.verify + 1))
+    priced = verify_call + p.host("prune") + p.host("accept_greedy") + p.host("compact_kv")
     return per_call, max(0.0, phase_ms["verify"] - priced)
 
 
