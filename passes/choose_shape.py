@@ -66,8 +66,8 @@ def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, step,
     estimate is checked against; `with_suffix` the same tree with the text's suffix branches, what greedy requests
     decode by default. Speculation is switched off unless the decode of the default (with_suffix where given)
     measured it faster than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
-    phases = profile["phase_ms"]  # against the 1-row call timed in turn with them, where the profile has it
-    step_ms = profile.get("phase_verifier_ms", {}).get("1", profile["models"]["verifier"]["bucket_ms"]["1"])
+    phases, profiled_step = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
+    step_ms = profile.get("phase_calls_ms", {}).get("verifier", {}).get("1", profiled_step)  # timed beside the phases
     iteration_ms = phases["draft"] + phases["verify"]
     speedup = measured_speedup(plan.objective.tokens_per_iter, step_ms, iteration_ms)
     measured = MeasuredSpeedup(round(iteration_ms, 4), round(step_ms, 4), round(speedup, 4))

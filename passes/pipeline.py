@@ -107,7 +107,8 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
         with tempfile.TemporaryDirectory(prefix="yggc-probe-") as scratch:  # the package cache keeps the phase
             phases = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, step)
             decoder = compiled_decoder(Path(scratch), loaded, compiled, phases, probe, job)
-            measured.update(phase_profile(decoder, job.profile_repeats))
+            steps = timed["drafter"] if widths["drafter"] else None  # the drafter's steps as the objective prices them
+            measured.update(phase_profile(decoder, job.profile_repeats, steps))
         how = "through a draft phase package" if phases else "eagerly"
         step(f"timed the phases at {probe} for the host glue, drafting {how}")
     costs = StageCosts.from_profile(measured)

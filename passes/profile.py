@@ -11,7 +11,7 @@ from ..artifacts.cache_layout import CacheLayout, causal_rows
 from ..artifacts.device import cuda_properties
 from ..artifacts.timing import median_ms, steady_ms, steady_ms_each
 from ..plan.cost_model import fit_cost_curve
-from ..plan.shape import TreeShape
+from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime.loading import device_scope, model_device
 from ..runtime.speculative import SpeculativeDecoder
 from ..tree.prune import prune_topk
@@ -112,30 +112,36 @@ class HeadSteps:
         return self.head(input_ids, feature, position_ids, cache_slots, attn_mask)
 
 
-def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int) -> dict[str, dict[str, float]]:
-    """One draft phase and one greedy verify phase as the decode loop calls them (host glue included), and the
-    verifier's own call at the verify phase's width and at one row, the four taking turns call by call ->
-    {"phase_ms": {draft, verify}, "phase_verifier_ms": {width: ms}}. The glue is what a phase takes beyond its calls:
-    timed in the same minutes as the phases, the calls move with the VM's memory speed as the phases do (a SmolLM2
-    verify call 10-20% within minutes), where calls timed minutes earlier let that drift pass for glue."""
-    verify_width = decoder.shape.verify + 1
+def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int,
+                     drafter=None) -> dict[str, dict]:
+    """One draft phase and one greedy verify phase as the decode loop calls them (host glue included), and the model
+    calls the objective prices them with, all taking turns call by call: the verifier's at the verify phase's width
+    and at one row, and `drafter`'s (the forward the profile times the drafter's steps with, if any) at the head
+    step's width and the tree steps'. -> {"phase_ms": {draft, verify}, "phase_calls_ms": {model: {width: ms}}}. The
+    glue is what a phase takes beyond its calls: timed in the same minutes as the phases, the calls move with the
+    VM's memory speed as the phases do (a SmolLM2 verify call 10-25% within minutes), where calls timed minutes
+    earlier let that drift pass for glue."""
+    layout, shape = decoder.layout, decoder.shape
+    widths = {"verifier": (1, shape.verify + 1), "drafter": (HEAD_WIDTH, shape.width) if drafter is not None else ()}
+    models = {"verifier": decoder.verifier, "drafter": drafter}
     with torch.inference_mode(), device_scope(decoder.device):  # host-built inputs go where the models are
         draft = decoder.draft_tree([0], context)
+        calls = {(name, w): bucket_call(models[name], w, layout, context) for name, ws in widths.items() for w in ws}
         ms = steady_ms_each({"draft": lambda: decoder.draft_tree([0], context),
-                             "verify": lambda: decoder.verify_greedy(draft, context),
-                             str(verify_width): bucket_call(decoder.verifier, verify_width, decoder.layout, context),
-                             "1": bucket_call(decoder.verifier, 1, decoder.layout, context)}, repeats)
-    return {"phase_ms": {"draft": ms.pop("draft"), "verify": ms.pop("verify")}, "phase_verifier_ms": ms}
+                             "verify": lambda: decoder.verify_greedy(draft, context), **calls}, repeats)
+    return {"phase_ms": {"draft": ms["draft"], "verify": ms["verify"]},
+            "phase_calls_ms": {name: {str(w): ms[(name, w)] for w in ws} for name, ws in widths.items() if ws}}
 
 
 def profile_context(layout: CacheLayout) -> int:
     return min(256, layout.max_seq // 2)
 
 
-def phase_profile(decoder: SpeculativeDecoder, repeats: int) -> dict:
-    """The decoder's draft and verify phases timed whole at its shape (host glue included) and that shape: what
+def phase_profile(decoder: SpeculativeDecoder, repeats: int, drafter=None) -> dict:
+    """The decoder's draft and verify phases timed whole at its shape (host glue included), the calls they are priced
+    with (phase_latency_ms; `drafter`: the forward the drafter's steps are profiled with) and that shape: what
     StageCosts.from_profile prices the glue around the model calls from."""
-    return {**phase_latency_ms(decoder, profile_context(decoder.layout), repeats),
+    return {**phase_latency_ms(decoder, profile_context(decoder.layout), repeats, drafter),
             "phase_shape": [decoder.shape.depth, decoder.shape.width, decoder.shape.verify]}
 
 
@@ -185,7 +191,7 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
         out["context_ms"] = context_cost(models["verifier"], out["models"]["verifier"]["bucket_ms"], layout, repeats)
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
     if decoder is not None:
-        out.update(phase_profile(decoder, repeats))
+        out.update(phase_profile(decoder, repeats, models["drafter"] if widths.get("drafter") else None))
     if model_device(models["verifier"]).type == "cuda":
         out["device"] = cuda_properties()
     return out

@@ -232,10 +232,10 @@ def test_forward_profile_reuses_earlier_measurements():
 
 
 def test_phase_profile_prices_the_glue_so_its_shape_costs_what_its_phases_took(ckpt_root):
-    """Calibration at O2 and the final profile time a decoder's phases whole, in turn with the verifier's own call at
-    the verify width; the glue is what the phases took beyond that call and the other priced stages, so at that shape
-    the objective's iteration is the phases' time with the verifier priced as its curve says, and no stage is
-    negative."""
+    """Calibration at O2 and the final profile time a decoder's phases whole, in turn with the calls they are priced
+    with (the verifier's at the verify width, the drafter's at its steps' widths); the glue is what the phases took
+    beyond those calls and the other priced stages, so at that shape the objective's iteration is the phases' time
+    with the calls priced as their curves say, and no stage is negative."""
     from yggc.passes.profile import phase_profile
 
     from yggc.runtime.speculative import SpeculativeDecoder
@@ -243,11 +243,16 @@ def test_phase_profile_prices_the_glue_so_its_shape_costs_what_its_phases_took(c
     layout, shape = CacheLayout(64), TreeShape(2, 2, 3)
     verifier = load_model(write_checkpoint(ckpt_root / "glue_v", "tiny_vocab", seed=1), layout.n_slots)
     drafter = load_model(write_checkpoint(ckpt_root / "glue_d", "tiny_vocab", seed=2), layout.n_slots)
-    measured = phase_profile(SpeculativeDecoder(verifier, drafter, layout, shape), repeats=3)
+    measured = phase_profile(SpeculativeDecoder(verifier, drafter, layout, shape), repeats=3, drafter=drafter)
+    calls = measured["phase_calls_ms"]
     assert measured["phase_shape"] == [2, 2, 3] and set(measured["phase_ms"]) == {"draft", "verify"}
-    assert set(measured["phase_verifier_ms"]) == {"1", "4"} and min(measured["phase_verifier_ms"].values()) > 0
+    assert {model: set(ms) for model, ms in calls.items()} == {"verifier": {"1", "4"}, "drafter": {"2"}}
+    assert min(ms for model in calls.values() for ms in model.values()) > 0
     curve = {"cost_curve": {"t0_ms": 0.001, "knee": 4.0, "slope_ms": 0.0}}  # cheaper than any real call
     costs = StageCosts.from_profile({"models": {"verifier": curve, "drafter": curve}, "host_ms": {}, **measured})
     assert min(costs.glue_ms) > 0
-    call_priced_by_its_curve = costs.verifier(4) - measured["phase_verifier_ms"]["4"]
-    assert costs.iteration_ms(shape) == pytest.approx(sum(measured["phase_ms"].values()) + call_priced_by_its_curve)
+    head_and_step = 2 * costs.drafter(2) - 2 * calls["drafter"]["2"]  # HEAD_WIDTH and W are both 2 here
+    calls_priced_by_their_curves = costs.verifier(4) - calls["verifier"]["4"] + head_and_step
+    assert costs.iteration_ms(shape) == pytest.approx(sum(measured["phase_ms"].values()) + calls_priced_by_their_curves)
+    unpriced = phase_profile(SpeculativeDecoder(verifier, drafter, layout, shape), repeats=3)
+    assert set(unpriced["phase_calls_ms"]) == {"verifier"}  # no drafter forward given: its curve prices its steps

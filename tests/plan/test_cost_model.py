@@ -45,7 +45,7 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     within_noise = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), steps.append)
     assert not within_noise.speculate and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
-    same_minutes = checked_plan(plan, {**profile, "phase_verifier_ms": {"1": 11.0, "4": 14.0}},
+    same_minutes = checked_plan(plan, {**profile, "phase_calls_ms": {"verifier": {"1": 11.0, "4": 14.0}}},
                                 DecodeCheck(7.0, 8.4, 1.2, 96), steps.append)
     assert same_minutes.measured == replace(fast.measured, verifier_step_ms=11.0,  # the step timed with the phases
                                             speedup=round(1.55 * 11.0 / (1.3 + 14.52), 4))

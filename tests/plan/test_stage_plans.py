@@ -51,15 +51,19 @@ def test_glue_is_what_the_phases_took_beyond_the_priced_stages():
         assert list_schedule(iteration_dag(variant, shape, costs)).iteration_ms == pytest.approx(total)
 
 
-def test_glue_subtracts_the_verifier_call_timed_in_turn_with_the_phases():
-    """A shared VM's memory speed moves a verify call by 10-20% within minutes: priced by a curve timed minutes
-    before the phases, that drift would pass for glue. The profile times the verifier's call at the verify width in
-    turn with the phases, and the glue is the verify phase's time beyond that call."""
-    shape = TreeShape(3, 2, 5)  # verifies 6 rows; the curve says 10 ms there, the same minutes' call took 11.2
-    phases = {"phase_ms": {"draft": 6 + 3 * 0.4, "verify": 11.2 + 0.6 + 0.3}, "phase_shape": [3, 2, 5]}
-    drifted = StageCosts.from_profile({**PROFILE, **phases, "phase_verifier_ms": {"1": 9.0, "6": 11.2}})
-    assert drifted.glue_ms == pytest.approx((0.4, 0.3))
-    assert StageCosts.from_profile({**PROFILE, **phases}).glue_ms == pytest.approx((0.4, 1.5))  # no call: the curve
+def test_glue_subtracts_the_calls_timed_in_turn_with_the_phases():
+    """A shared VM's memory speed moves a verify call by 10-25% within minutes: priced by a curve timed minutes
+    before the phases, that drift would pass for glue. The profile times the calls the phases are priced with in turn
+    with them, and the glue is the phases' time beyond those calls."""
+    shape = TreeShape(3, 2, 5)  # verifies 6 rows; the curves say 10 ms there and 2 ms a drafter call
+    phases = {"phase_ms": {"draft": 3 * 2.2 + 3 * 0.4, "verify": 11.2 + 0.6 + 0.3}, "phase_shape": [3, 2, 5]}
+    calls = {"verifier": {"1": 9.0, "6": 11.2}, "drafter": {"2": 2.2}}  # the same minutes' calls: slower
+    assert StageCosts.from_profile({**PROFILE, **phases, "phase_calls_ms": calls}).glue_ms == pytest.approx((0.4, 0.3))
+    by_curves = StageCosts.from_profile({**PROFILE, **phases}).glue_ms  # the drift passes for glue
+    assert by_curves == pytest.approx((0.4 + 0.2, 0.3 + 1.2))
+    only_verifier = {"verifier": calls["verifier"]}  # a drafter profiled by its phase alone: its curve
+    assert StageCosts.from_profile({**PROFILE, **phases, "phase_calls_ms": only_verifier}).glue_ms == pytest.approx(
+        (0.6, 0.3))
 
 
 def test_a_timed_width_is_priced_at_its_median_and_others_by_the_fit():

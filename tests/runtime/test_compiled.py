@@ -285,8 +285,9 @@ def test_profile_follows_schema(bundle):
     assert all(0 <= v <= 1 for v in context["attention_share"].values())
     assert set(profile["host_ms"]) == {"prune", "tree_mask", "accept_greedy", "compact_kv"}
     assert set(profile["phase_ms"]) == {"draft", "verify"}
-    verify_width = json.loads((bundle / "plan.json").read_text())["verify"] + 1
-    assert set(profile["phase_verifier_ms"]) == {"1", str(verify_width)}  # the calls timed in turn with the phases
+    plan = json.loads((bundle / "plan.json").read_text())  # the calls timed in turn with the phases:
+    assert {model: set(ms) for model, ms in profile["phase_calls_ms"].items()} == {
+        "verifier": {"1", str(plan["verify"] + 1)}, "drafter": {"2", str(plan["width"])}}
 
 
 def test_profile_command_plots(bundle, tmp_path, capsys):

@@ -65,8 +65,9 @@ def print_profile(profile: dict) -> None:
               f"{context['contexts'][1]} (attention over the cache: {share:.0%} of that step)")
     for phase, ms in profile.get("phase_ms", {}).items():
         print(f"  {phase} phase (one call): {ms:.3f} ms")
-    for w, ms in profile.get("phase_verifier_ms", {}).items():
-        print(f"  verifier W={w}, timed in turn with the phases: {ms:.3f} ms")
+    for model, calls in profile.get("phase_calls_ms", {}).items():
+        for w, ms in calls.items():
+            print(f"  {model} W={w}, timed in turn with the phases: {ms:.3f} ms")
     for stage, ms in profile.get("host_ms", {}).items():
         print(f"  host {stage}: {ms:.4f} ms")
 

@@ -76,7 +76,7 @@ class StageCosts:
                     dict(profile.get("fuzzy", {})))
         if "phase_ms" in profile and "phase_shape" in profile:
             glue = measured_glue(profile["phase_ms"], TreeShape(*profile["phase_shape"]), costs,
-                                 profile.get("phase_verifier_ms", {}))
+                                 profile.get("phase_calls_ms", {}))
             costs = replace(costs, glue_ms=glue)
         return costs
 
@@ -131,16 +131,18 @@ def iteration_stages(variant: str, shape: TreeShape, p: StageCosts) -> list[Stag
 
 
 def measured_glue(phase_ms: dict[str, float], shape: TreeShape, p: StageCosts,
-                  verifier_ms: dict[str, float] | None = None) -> tuple[float, float]:
+                  calls_ms: dict[str, dict[str, float]] | None = None) -> tuple[float, float]:
     """Host work around the model calls from the draft and verify phases timed whole at `shape` (the
     profile's phase_ms): (ms per drafter call, ms per verify phase), beyond what the stages already price
-    (the drafter and verifier calls, prune, accept, K/V compaction). The verifier's call is the one timed in turn
-    with the phases where `verifier_ms` (width -> ms, the profile's phase_verifier_ms) has it, else its curve. Never
-    negative."""
-    drafter_calls = p.drafter(HEAD_WIDTH) + (shape.depth - 1) * p.drafter(shape.width)
+    (the drafter and verifier calls, prune, accept, K/V compaction). A call is priced as timed in turn with the phases
+    where `calls_ms` (model -> width -> ms, the profile's phase_calls_ms) has it, else by its curve. Never negative."""
+    def call(model: str, width: int) -> float:
+        curve = p.drafter if model == "drafter" else p.verifier
+        return (calls_ms or {}).get(model, {}).get(str(width), curve(width))
+
+    drafter_calls = call("drafter", HEAD_WIDTH) + (shape.depth - 1) * call("drafter", shape.width)
     per_call = max(0.0, phase_ms["draft"] - drafter_calls) / shape.depth
-    verify_call = (verifier_ms or {}).get(str(shape.verify + 1), p.verifier(shape.verify + 1))
-    priced = verify_call + p.host("prune") + p.host("accept_greedy") + p.host("compact_kv")
+    priced = call("verifier", shape.verify + 1) + p.host("prune") + p.host("accept_greedy") + p.host("compact_kv")
     return per_call, max(0.0, phase_ms["verify"] - priced)
 
 
