@@ -115,20 +115,25 @@ class HeadSteps:
 def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int,
                      drafter=None) -> dict[str, dict]:
     """One draft phase and one greedy verify phase as the decode loop calls them (host glue included), and the model
-    calls the objective prices them with, all taking turns call by call: the verifier's at the verify phase's width
-    and at one row, and `drafter`'s (the forward the profile times the drafter's steps with, if any) at the head
-    step's width and the tree steps'. -> {"phase_ms": {draft, verify}, "phase_calls_ms": {model: {width: ms}}}. The
+    calls the objective prices them with, all taking turns call by call in the decode loop's order: the verifier's
+    at one row and at the verify phase's width, and `drafter`'s (the forward the profile times the drafter's steps
+    with, if any) at the head step's width and the tree steps'. -> {"phase_ms": {draft, verify}, "phase_calls_ms":
+    {model: {width: ms}}}. The
     glue is what a phase takes beyond its calls: timed in the same minutes as the phases, the calls move with the
     VM's memory speed as the phases do (a SmolLM2 verify call 10-25% within minutes), where calls timed minutes
     earlier let that drift pass for glue."""
-    layout, shape = decoder.layout, decoder.shape
-    widths = {"verifier": (1, shape.verify + 1), "drafter": (HEAD_WIDTH, shape.width) if drafter is not None else ()}
-    models = {"verifier": decoder.verifier, "drafter": drafter}
+    layout, shape, verify_width = decoder.layout, decoder.shape, decoder.shape.verify + 1
+    widths = {"verifier": (1, verify_width), "drafter": (HEAD_WIDTH, shape.width) if drafter is not None else ()}
     with torch.inference_mode(), device_scope(decoder.device):  # host-built inputs go where the models are
         draft = decoder.draft_tree([0], context)
-        calls = {(name, w): bucket_call(models[name], w, layout, context) for name, ws in widths.items() for w in ws}
-        ms = steady_ms_each({"draft": lambda: decoder.draft_tree([0], context),
-                             "verify": lambda: decoder.verify_greedy(draft, context), **calls}, repeats)
+        steps = {("drafter", w): bucket_call(drafter, w, layout, context) for w in widths["drafter"]}
+        # in the decode loop's order: a draft phase, and a drafter's first step, follow a verifier call that has
+        # streamed its weights through the caches (a small drafter's later steps find theirs there)
+        ms = steady_ms_each({"verify": lambda: decoder.verify_greedy(draft, context),
+                             "draft": lambda: decoder.draft_tree([0], context),
+                             ("verifier", 1): bucket_call(decoder.verifier, 1, layout, context), **steps,
+                             ("verifier", verify_width): bucket_call(decoder.verifier, verify_width, layout, context)},
+                            repeats)
     return {"phase_ms": {"draft": ms["draft"], "verify": ms["verify"]},
             "phase_calls_ms": {name: {str(w): ms[(name, w)] for w in ws} for name, ws in widths.items() if ws}}
 
