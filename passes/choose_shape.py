@@ -15,6 +15,7 @@ from ..plan.bundle_plan import BundlePlan, DecodeCheck, MeasuredSpeedup, Samplin
 from ..plan.calibration import TreeSample, tokens_per_iteration
 from ..plan.objective import SamplingCosts, ShapeScore, StageCosts, measured_speedup, rank_shapes
 from ..plan.shape import TreeShape
+from ..plan.stages import call_beside_phases
 from .decode_check import MIN_SPEEDUP
 
 PLAN_CANDIDATES = 10
@@ -67,7 +68,7 @@ def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, step,
     decode by default. Speculation is switched off unless the decode of the default (with_suffix where given)
     measured it faster than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
     phases, profiled_step = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
-    step_ms = profile.get("phase_calls_ms", {}).get("verifier", {}).get("1", profiled_step)  # timed beside the phases
+    step_ms = call_beside_phases(profile.get("phase_calls_ms"), "verifier", 1, profiled_step)
     iteration_ms = phases["draft"] + phases["verify"]
     speedup = measured_speedup(plan.objective.tokens_per_iter, step_ms, iteration_ms)
     measured = MeasuredSpeedup(round(iteration_ms, 4), round(step_ms, 4), round(speedup, 4))

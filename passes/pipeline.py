@@ -60,7 +60,7 @@ from .lower_buckets import (
     package_width,
 )
 from .plan import plan_record
-from .profile import HeadSteps, host_stage_ms, phase_profile, profile_forward, profile_models
+from .profile import HeadSteps, drafter_steps, host_stage_ms, phase_profile, profile_forward, profile_models
 from .tensor_parallel_bundle import bundle_writer, every_rank
 from .toolchain import building_with, configured_compiler, loadable_compiler
 from .train_predictor import train_policy
@@ -107,8 +107,7 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
         with tempfile.TemporaryDirectory(prefix="yggc-probe-") as scratch:  # the package cache keeps the phase
             phases = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, step)
             decoder = compiled_decoder(Path(scratch), loaded, compiled, phases, probe, job)
-            steps = timed["drafter"] if widths["drafter"] else None  # the drafter's steps as the objective prices them
-            measured.update(phase_profile(decoder, job.profile_repeats, steps))
+            measured.update(phase_profile(decoder, job.profile_repeats, drafter_steps(timed, widths)))
         how = "through a draft phase package" if phases else "eagerly"
         step(f"timed the phases at {probe} for the host glue, drafting {how}")
     costs = StageCosts.from_profile(measured)

@@ -112,16 +112,21 @@ class HeadSteps:
         return self.head(input_ids, feature, position_ids, cache_slots, attn_mask)
 
 
+def drafter_steps(models: dict, widths: dict[str, list[int]]):
+    """The forward the profile times the drafter's steps with (an EAGLE-3 head's HeadSteps, or the drafter), or None
+    where it has no forward widths and its draft phase alone prices its steps."""
+    return models["drafter"] if widths.get("drafter") else None
+
+
 def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int,
                      drafter=None) -> dict[str, dict]:
     """One draft phase and one greedy verify phase as the decode loop calls them (host glue included), and the model
     calls the objective prices them with, all taking turns call by call in the decode loop's order: the verifier's
-    at one row and at the verify phase's width, and `drafter`'s (the forward the profile times the drafter's steps
-    with, if any) at the head step's width and the tree steps'. -> {"phase_ms": {draft, verify}, "phase_calls_ms":
-    {model: {width: ms}}}. The
-    glue is what a phase takes beyond its calls: timed in the same minutes as the phases, the calls move with the
-    VM's memory speed as the phases do (a SmolLM2 verify call 10-25% within minutes), where calls timed minutes
-    earlier let that drift pass for glue."""
+    at one row and at the verify phase's width, and `drafter`'s (drafter_steps, if any) at the head step's width and
+    the tree steps'. -> {"phase_ms": {draft, verify}, "phase_calls_ms": {model: {width: ms}}}. The glue is what a
+    phase takes beyond its calls: timed in the same minutes as the phases, the calls move with the VM's memory speed
+    as the phases do (a SmolLM2 verify call 10-25% within minutes), where calls timed minutes earlier let that drift
+    pass for glue."""
     layout, shape, verify_width = decoder.layout, decoder.shape, decoder.shape.verify + 1
     widths = {"verifier": (1, verify_width), "drafter": (HEAD_WIDTH, shape.width) if drafter is not None else ()}
     with torch.inference_mode(), device_scope(decoder.device):  # host-built inputs go where the models are
@@ -144,8 +149,8 @@ def profile_context(layout: CacheLayout) -> int:
 
 def phase_profile(decoder: SpeculativeDecoder, repeats: int, drafter=None) -> dict:
     """The decoder's draft and verify phases timed whole at its shape (host glue included), the calls they are priced
-    with (phase_latency_ms; `drafter`: the forward the drafter's steps are profiled with) and that shape: what
-    StageCosts.from_profile prices the glue around the model calls from."""
+    with (phase_latency_ms; `drafter`: drafter_steps) and that shape: what StageCosts.from_profile prices the glue
+    around the model calls from."""
     return {**phase_latency_ms(decoder, profile_context(decoder.layout), repeats, drafter),
             "phase_shape": [decoder.shape.depth, decoder.shape.width, decoder.shape.verify]}
 
@@ -196,7 +201,7 @@ def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayo
         out["context_ms"] = context_cost(models["verifier"], out["models"]["verifier"]["bucket_ms"], layout, repeats)
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
     if decoder is not None:
-        out.update(phase_profile(decoder, repeats, models["drafter"] if widths.get("drafter") else None))
+        out.update(phase_profile(decoder, repeats, drafter_steps(models, widths)))
     if model_device(models["verifier"]).type == "cuda":
         out["device"] = cuda_properties()
     return out

@@ -130,6 +130,12 @@ def iteration_stages(variant: str, shape: TreeShape, p: StageCosts) -> list[Stag
     return stages
 
 
+def call_beside_phases(calls_ms: dict[str, dict[str, float]] | None, model: str, width: int, otherwise: float) -> float:
+    """`model`'s call at `width` as the profile timed it in turn with the phases (its phase_calls_ms: model -> width
+    -> ms), else `otherwise`."""
+    return (calls_ms or {}).get(model, {}).get(str(width), otherwise)
+
+
 def measured_glue(phase_ms: dict[str, float], shape: TreeShape, p: StageCosts,
                   calls_ms: dict[str, dict[str, float]] | None = None) -> tuple[float, float]:
     """Host work around the model calls from the draft and verify phases timed whole at `shape` (the
@@ -137,8 +143,7 @@ def measured_glue(phase_ms: dict[str, float], shape: TreeShape, p: StageCosts,
     (the drafter and verifier calls, prune, accept, K/V compaction). A call is priced as timed in turn with the phases
     where `calls_ms` (model -> width -> ms, the profile's phase_calls_ms) has it, else by its curve. Never negative."""
     def call(model: str, width: int) -> float:
-        curve = p.drafter if model == "drafter" else p.verifier
-        return (calls_ms or {}).get(model, {}).get(str(width), curve(width))
+        return call_beside_phases(calls_ms, model, width, (p.drafter if model == "drafter" else p.verifier)(width))
 
     drafter_calls = call("drafter", HEAD_WIDTH) + (shape.depth - 1) * call("drafter", shape.width)
     per_call = max(0.0, phase_ms["draft"] - drafter_calls) / shape.depth
