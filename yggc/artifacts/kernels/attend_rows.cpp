@@ -45,6 +45,7 @@ constexpr int64_t kHeads = 4;  // query heads per task
 // From this many rows the pair-score path widens the values to float once for all rows, not per row. Below it the
 // float copy costs more than it saves (Zen 4, 2 threads: 8-16 rows 4-11% faster; 32-64 rows alike).
 constexpr int64_t kWidenRows = 32;  // v2 only: v3 reads bf16 values in pairs
+constexpr int64_t kAheadPairs = 8;  // how far ahead v3's weighted values prefetch value rows (16 slots)
 
 template <typename T>
 inline Vec load_float(const T* p) {
@@ -205,6 +206,11 @@ void pair_values_as(const Task& t, const int32_t* pp, int64_t pstride, const flo
       for (auto& a : head) a = _mm512_setzero_ps();
     for (int64_t i = 0; i < n_pairs; ++i) {
       const int64_t a = t.slots[2 * i], b = 2 * i + 1 < t.n ? t.slots[2 * i + 1] : a;
+      if (2 * (i + kAheadPairs) + 1 < t.n)  // the value rows kAheadPairs pairs on, into L1 (no effect on the sums)
+        for (int64_t k = 0; k < 2; ++k)
+          for (int64_t c = 0; c < NX; ++c)
+            _mm_prefetch(reinterpret_cast<const char*>(values + t.slots[2 * (i + kAheadPairs) + k] * t.slot_stride +
+                                                       d0 + 32 * c), _MM_HINT_T0);
       __m512i x[2 * NX];  // pair j of x[2c] / x[2c + 1]: column 8 * (j / 4) + j % 4 (+ 4) of half c, from slots a, b
       for (int64_t c = 0; c < NX; ++c) {
         const __m512i ra = _mm512_loadu_si512(values + a * t.slot_stride + d0 + 32 * c);

@@ -23,6 +23,7 @@ constexpr int64_t kSlots = 16;  // slots per block: one 32-bit lane each
 // attention calls on a Zen 5 (tools/bench_attention_op.py), against 8 row-heads beside 16 key registers: 16 rows
 // 1.26-1.54 -> 1.10-1.25 ms, 8 rows 0.77-0.99 -> 0.71-0.84 (four runs); 16 row-heads alike, 24 slower.
 constexpr int64_t kRows = 12;
+constexpr int64_t kAheadBlocks = 2;  // how far ahead score_block prefetches keys (2 blocks of a 64-dim head: 4 KB)
 
 void transpose_16x16_epi32(__m512i r[16]) {
   __m512i t[16];
@@ -81,6 +82,12 @@ void score_block(const at::BFloat16* keys, int64_t slot_stride, int64_t S, int64
                  const int32_t* pairs, int64_t R, float* scores, int64_t sp) {
   const int64_t n_pairs = hd / 2;  // hd: a multiple of 32
   const __m512 scale = _mm512_set1_ps(1.f / std::sqrt(static_cast<float>(hd)));
+  // the keys kAheadBlocks blocks on, into L1: at a decode step's few row-heads a block's arithmetic is short and its
+  // 16 slots' loads would otherwise wait on memory one block at a time (no effect on the sums)
+  const int64_t ahead = s0 + kAheadBlocks * kSlots;
+  for (int64_t l = 0; l < kSlots && ahead + l < S; ++l)
+    for (int64_t d = 0; d < hd; d += 32)
+      _mm_prefetch(reinterpret_cast<const char*>(keys + (ahead + l) * slot_stride + d), _MM_HINT_T0);
   for (int64_t c = 0; c < n_pairs; c += 16) {
     __m512i r[16];
     for (int64_t l = 0; l < kSlots; ++l)  // lanes past S repeat the last slot
