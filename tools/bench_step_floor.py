@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """T(W), the verifier package's time per call of W rows, against the memory floor measured in the same minutes.
 
-    python tools/bench_step_floor.py PACKAGE.pt2 -m $(yggc pull smollm2) --widths 1,8,16 --rounds 60
+    python tools/bench_step_floor.py PACKAGE.pt2 -m $(yggc pull smollm2) --widths 1,8,16 --repeats 60
 
-PACKAGE.pt2 is one that `tools/bench_verify_packages.py lower` wrote. Each round times `--per-round` calls of every
-width and as many reads of a weights-sized tensor (the floor: the verifier's weight bytes over that read's
-bandwidth, as `yggc bench` measures it), all taking turns call by call, and keeps each one's median. A shared VM's
-memory speed moves within minutes, so the rounds are grouped by their floor (fastest third, middle, slowest):
-where T(W) - floor stays put while the floor moves, that part of the step is work the memory waits for, not
-weights it streams.
+PACKAGE.pt2 is one that `tools/bench_verify_packages.py lower` wrote. Each of `--repeats` rounds times `--per-round`
+calls of every width and as many reads of a weights-sized tensor (the floor: the verifier's weight bytes over that
+read's bandwidth, as `yggc bench` measures it), all taking turns call by call, and keeps each one's median. A shared
+VM's memory speed moves within minutes, so the rounds are grouped by their floor (fastest third, middle, slowest):
+where T(W) - floor stays put while the floor moves, that part of the step is work the memory waits for, not weights
+it streams.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_verify_packages import prefilled
+from bench_verify_packages import add_call_args, prefilled
 from yggc.bench.floor import weight_bytes
 from yggc.passes.profile import bucket_call
 
@@ -56,13 +56,7 @@ def summary(rounds: list[dict], widths: list[int]) -> list[str]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("package", help="an O2 package (tools/bench_verify_packages.py lower)")
-    ap.add_argument("-m", "--model", required=True, help="the verifier checkpoint folder the package was lowered from")
-    ap.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"])
-    ap.add_argument("--widths", default="1,8,16", help="rows per call, comma-separated (the first is the ratios' base)")
-    ap.add_argument("--context", type=int, default=256, help="cached tokens before the rows")
-    ap.add_argument("--max-seq", type=int, default=2048)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
-    ap.add_argument("--rounds", type=int, default=60, help="rounds; each keeps its own medians")
+    add_call_args(ap, "1,8,16", "", "rounds, each keeping the medians of its calls (--per-round)")
     ap.add_argument("--per-round", type=int, default=7, help="calls of each width (and floor reads) a round")
     args = ap.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
@@ -76,10 +70,10 @@ def main(argv=None) -> None:
         for fn in fns.values():
             for _ in range(3):
                 fn()
-        rounds = [round_medians(fns, args.per_round) for _ in range(args.rounds)]
+        rounds = [round_medians(fns, args.per_round) for _ in range(args.repeats)]
     gbs = [n_bytes / r["floor"] / 1e6 for r in rounds]
     print(f"{args.dtype}, {args.threads} threads, {args.context} cached tokens, {n_bytes / 1e6:.1f} MB of weights; "
-          f"{args.rounds} rounds, the memory at {min(gbs):.0f}-{max(gbs):.0f} GB/s; medians in ms")
+          f"{args.repeats} rounds, the memory at {min(gbs):.0f}-{max(gbs):.0f} GB/s; medians in ms")
     print("\n".join(summary(rounds, widths)))
 
 
