@@ -14,24 +14,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import torch
 from bench_verify_packages import add_call_args, prefilled
+from yggc.artifacts.timing import steady_ms_each
 from yggc.bench.floor import weight_bytes
 from yggc.passes.profile import bucket_call
-
-
-def round_medians(fns: dict, per_round: int) -> dict:
-    """Every fn's median ms over `per_round` calls, the fns taking turns call by call."""
-    samples: dict = {key: [] for key in fns}
-    for _ in range(per_round):
-        for key, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[key].append(1000 * (time.perf_counter() - t0))
-    return {key: statistics.median(s) for key, s in samples.items()}
 
 
 def summary(rounds: list[dict], widths: list[int]) -> list[str]:
@@ -67,10 +56,8 @@ def main(argv=None) -> None:
         weights_sized = torch.ones(n_bytes // 4)  # float32, read whole by a sum (yggc bench's read_gbs)
         fns = {w: bucket_call(model, w, loaded.layout, args.context) for w in widths}
         fns["floor"] = weights_sized.sum
-        for fn in fns.values():
-            for _ in range(3):
-                fn()
-        rounds = [round_medians(fns, args.per_round) for _ in range(args.repeats)]
+        # each round: every fn's median over per_round calls, the fns taking turns call by call
+        rounds = [steady_ms_each(fns, args.per_round, rounds=1) for _ in range(args.repeats)]
     gbs = [n_bytes / r["floor"] / 1e6 for r in rounds]
     print(f"{args.dtype}, {args.threads} threads, {args.context} cached tokens, {n_bytes / 1e6:.1f} MB of weights; "
           f"{args.repeats} rounds, the memory at {min(gbs):.0f}-{max(gbs):.0f} GB/s; medians in ms")
