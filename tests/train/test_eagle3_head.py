@@ -155,3 +155,17 @@ def test_a_resumed_head_equals_one_run_and_bfloat16_data_stays_apart(ckpt_root, 
     assert json.loads((tmp_path / "bf16" / "data" / "source.json").read_text())["dtype"] == "bfloat16"
     cached = {p.name for p in (tmp_path / "one" / ".state" / "features").glob("*.safetensors")}
     assert cached.isdisjoint(p.name for p in (tmp_path / "bf16" / ".state" / "features").glob("*.safetensors"))
+
+
+def test_a_wsd_run_trained_longer_then_decayed_equals_one_run_and_a_warm_start_keeps_the_head(ckpt_root, tmp_path):
+    target = write_checkpoint(ckpt_root / "e3_wsd_v", "llama_tied_llama3")
+    one = train_head(target, tmp_path / "one", "--schedule", "wsd", "--steps", "6", "--decay", "3")
+    stable = train_head(target, tmp_path / "two", "--schedule", "wsd", "--steps", "4")
+    assert stable["steps"] == 4 and stable["head"]  # the stable phase's head is exported; the run can go on
+    two = train_head(target, tmp_path / "two", "--schedule", "wsd", "--steps", "6", "--decay", "3")
+    assert one["steps"] == two["steps"] == 9 and one["schedule"] == "wsd" and one["decay_steps"] == 3
+    a, b = head_weights(one), head_weights(two)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # extended, then decayed: one run
+    warm = train_head(target, tmp_path / "warm", "--init", one["head"], "--steps", "2")
+    assert warm["init"] == one["head"] and warm["draft_vocab"] == one["draft_vocab"]
+    assert torch.equal(head_weights(warm)["d2t"], a["d2t"])  # the warm head keeps the draft vocabulary it started with

@@ -155,6 +155,18 @@ def add_eagle3_parser(jobs: Jobs) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="the verifier's weights while it answers and is read for features (default float32); "
                         "bfloat16 is several times faster on CPUs with AVX512-BF16 or AMX; fixed per data folder")
+    p.add_argument("--init", type=Path, metavar="HEAD",
+                   help="start from the head in folder HEAD (e.g. $(yggc pull smollm2 --eagle3)) and its draft "
+                        "vocabulary instead of a random head; the optimizer's moments start at zero")
+    p.add_argument("--schedule", choices=["cosine", "wsd"], default="cosine",
+                   help="learning rate: warmup then cosine to --steps (default), or warmup-stable-decay: the peak "
+                        "rate to --steps, which a later run may raise to train longer, then --decay steps of decay")
+    p.add_argument("--decay", type=POSITIVE, metavar="N",
+                   help="with --schedule wsd: decay over N steps after --steps and export the head (default: no "
+                        "decay yet: the head is exported at --steps and the run can be extended)")
+    p.add_argument("--autocast", choices=["auto", "on", "off"], default="auto",
+                   help="train under bfloat16 autocast, float32 weights and loss (default auto: on where the CPU "
+                        "has AVX512-BF16 or AMX, off elsewhere, where bfloat16 is many times slower)")
     add_budget_args(p, 2, 25, "stop training after this many minutes (rerun to resume)",
                     "start training over (the generated data is kept)")
 

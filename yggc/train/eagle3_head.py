@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,7 +39,7 @@ import torch
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import LlamaGraph
 from .features import ConversationFeatures, cached_extract, verifier_digest
-from .loop import batch_indices, distill_steps, make_optimizer
+from .loop import bf16_autocast_pays, distill_steps, length_bucketed_indices, lr_at, make_optimizer, wsd_lr_at
 from .presets import (
     CACHE,
     DRAFTER_PRESETS,
@@ -59,7 +60,7 @@ from .shards import (
     read_samples,
 )
 from .stdlib_prompts import build_pairs, prompt_splits
-from .ttt import ttt_logits, ttt_loss
+from .ttt import TTTBatch, ttt_hidden, ttt_loss
 
 Tables = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # draft ids [Vd], target -> draft id [V], lm_head rows [Vd, H]
 
@@ -129,55 +130,68 @@ def draft_vocabulary(samples: list[Sample], size: int, vocab: int) -> torch.Tens
 
 
 def collate(seqs: list[ConversationFeatures], draft_ids: torch.Tensor, t2d: torch.Tensor,
-            lm_rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Padded batch -> tokens [B, T], features [B, T, F], target log-probs [B, T, Vd], best draft id [B, T], mask."""
-    T = max(len(s.tokens) for s in seqs)
-    B = len(seqs)
+            lm_rows: torch.Tensor) -> TTTBatch:
+    """Conversations padded to the longest -> a TTTBatch whose target log-probs are computed on the answer rows only."""
+    T, B = max(len(s.tokens) for s in seqs), len(seqs)
     tokens = torch.zeros(B, T, dtype=torch.long)
-    feats = torch.zeros(B, T, seqs[0].features.shape[1])
-    final = torch.zeros(B, T, seqs[0].final.shape[1])
-    best = torch.full((B, T), -1, dtype=torch.long)
-    mask = torch.zeros(B, T, dtype=torch.bool)
+    feats = torch.zeros(B, T, seqs[0].features.shape[1], dtype=seqs[0].features.dtype)
     for b, s in enumerate(seqs):
-        n = len(s.tokens)
-        tokens[b, :n], feats[b, :n], final[b, :n] = s.tokens, s.features, s.final
-        best[b, :n] = t2d[s.best]  # -1 where the verifier's choice is outside the draft vocabulary
-        mask[b, s.loss_from:n] = True
+        tokens[b, :len(s.tokens)], feats[b, :len(s.tokens)] = s.tokens, s.features
+    positions = torch.cat([torch.arange(s.loss_from, len(s.tokens)) for s in seqs])  # [N]
+    rows = torch.cat([b * T + torch.arange(s.loss_from, len(s.tokens)) for b, s in enumerate(seqs)])
+    final = torch.cat([s.final[s.loss_from:] for s in seqs]).float()  # [N, H]
+    best = t2d[torch.cat([s.best[s.loss_from:] for s in seqs])]  # -1 where the verifier's choice is outside
     with torch.no_grad():
-        target = torch.log_softmax(final @ lm_rows.T, -1)  # [B, T, Vd]
-    return tokens, feats, target, best, mask & (best >= 0)
+        target = torch.log_softmax(final @ lm_rows.T, -1)  # [N, Vd]
+    return TTTBatch(tokens, feats.float(), rows, positions, target, best)
 
 
 def evaluate(head: Eagle3Graph, seqs: list[ConversationFeatures], unroll: int, draft_ids: torch.Tensor,
              t2d: torch.Tensor, lm_rows: torch.Tensor, batch: int) -> list[float]:
-    """Held-out top-1 agreement with the verifier per unroll position."""
-    sums, n = np.zeros(unroll), 0
+    """Held-out top-1 agreement with the verifier per unroll position, over every answer row (rows whose verifier
+    token is outside the draft vocabulary count as misses)."""
+    hits, rows = np.zeros(unroll), np.zeros(unroll)
     with torch.no_grad():
         for i in range(0, len(seqs), batch):
-            tokens, feats, target, best, mask = collate(seqs[i:i + batch], draft_ids, t2d, lm_rows)
-            _, agree = ttt_loss(ttt_logits(head, tokens, feats, unroll), target, best, mask)
-            sums += np.array(agree) * int(mask.sum())
-            n += int(mask.sum())
-    return list(sums / max(n, 1))
+            b = collate(seqs[i:i + batch], draft_ids, t2d, lm_rows)
+            _, scores = ttt_loss(head, ttt_hidden(head, b.tokens, b.features, unroll), b)
+            hits += scores.hits
+            rows += scores.rows
+    return list(hits / np.maximum(rows, 1))
+
+
+def schedule(preset: Eagle3Preset, args: argparse.Namespace) -> tuple[int, Callable[[int], float]]:
+    """The run's last step and its learning rate per step: warmup and cosine to preset.steps, or with --schedule wsd
+    warmup, the peak rate to preset.steps (a later run may extend it) and --decay steps of decay after them."""
+    if args.schedule == "cosine":
+        return preset.steps, lambda s: lr_at(s, preset.steps, preset.train)
+    decay_from = preset.steps if args.decay else None
+    return preset.steps + (args.decay or 0), lambda s: wsd_lr_at(s, preset.train, decay_from, args.decay or 0)
 
 
 def train(head: Eagle3Graph, seqs: list[ConversationFeatures], preset: Eagle3Preset, tables: Tables,
-          state_dir: Path, args: argparse.Namespace, recipe: dict) -> dict:
-    """The training-time test over the feature sequences to preset.steps (resumable from a state of the same
-    `recipe`); the verifier's embedding stays frozen."""
+          state_dir: Path, args: argparse.Namespace, recipe: dict, bf16: bool) -> dict:
+    """The training-time test over the feature sequences, in batches of similar lengths, to the schedule's last step
+    (resumable from a state of the same `recipe`), under bfloat16 autocast where `bf16` (float32 weights, moments
+    and loss); the verifier's embedding stays frozen."""
+    lengths = tuple(len(s.tokens) for s in seqs)
+
     def step(meta: dict):
-        idx = batch_indices(len(seqs), args.seed, meta["step"], preset.train.batch_size)
-        tokens, feats, target, best, mask = collate([seqs[i] for i in idx], *tables)
-        loss, agree = ttt_loss(ttt_logits(head, tokens, feats, preset.unroll), target, best, mask)
+        idx = length_bucketed_indices(lengths, args.seed, meta["step"], preset.train.batch_size)
+        batch = collate([seqs[i] for i in idx], *tables)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, scores = ttt_loss(head, ttt_hidden(head, batch.tokens, batch.features, preset.unroll), batch)
+        agree = [h / max(n, 1) for h, n in zip(scores.hits, scores.rows)]
         ema = meta["agree"]
         meta["agree"] = agree if ema is None else [0.95 * a + 0.05 * b for a, b in zip(ema, agree)]
         return loss, "agree=" + "/".join(f"{a:.2f}" for a in meta["agree"])
 
     for n, p in head.named_parameters():
         p.requires_grad_(n != "embed.weight")
+    total, lr = schedule(preset, args)
     meta = {"step": 0, "recipe": recipe, "train_seconds": 0.0, "agree": None}
-    meta = distill_steps("eagle3", head, make_optimizer(head, preset.train), meta, preset.steps,
-                         preset.train, state_dir, args, step)
+    meta = distill_steps("eagle3", head, make_optimizer(head, preset.train), meta, total,
+                         preset.train, state_dir, args, step, lr)
     head.requires_grad_(False)
     return meta
 
@@ -215,10 +229,9 @@ def draft_tables(verifier: LlamaGraph, draft_ids: torch.Tensor) -> Tables:
     return draft_ids, t2d, verifier.lm_head.weight[draft_ids].float()
 
 
-def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict[str, list[Sample]],
-               cache_dir: Path, preset: Eagle3Preset, args: argparse.Namespace) -> dict:
-    """`--score HEAD`: another head's held-out top-1 agreement per unroll position on this folder's held-out splits
-    (read through the same feature cache), so heads trained on other data compare on the same tokens."""
+def saved_head(head_dir: Path, target: Path, verifier: LlamaGraph) -> tuple[Eagle3Graph, Tables]:
+    """The head of `head_dir` in float32 (a bfloat16 head widens exactly), bound to the verifier's feature layers,
+    and its draft tables. YggcError where it reads other layers than every head's cached features come from."""
     from ..errors import YggcError
     from ..graphs.eagle3 import default_feature_layers
     from ..graphs.eagle3_checkpoint import load_eagle3
@@ -228,7 +241,14 @@ def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict
         raise YggcError(f"{head_dir} reads verifier layers {list(head.eagle.feature_layers)}, not the "
                         f"{list(cached)} this folder's features are cached for")
     verifier.feature_layers = head.eagle.feature_layers
-    tables = draft_tables(verifier, head.draft_ids)
+    return head.float(), draft_tables(verifier, head.draft_ids)
+
+
+def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict[str, list[Sample]],
+               cache_dir: Path, preset: Eagle3Preset, args: argparse.Namespace) -> dict:
+    """`--score HEAD`: another head's held-out top-1 agreement per unroll position on this folder's held-out splits
+    (read through the same feature cache), so heads trained on other data compare on the same tokens."""
+    head, tables = saved_head(head_dir, target, verifier)
     verifier_id = verifier_digest(target, args.dtype)
     curves = {split: evaluate(head, cached_extract(verifier, samples, verifier_id, cache_dir), preset.unroll, *tables,
                               preset.train.batch_size) for split, samples in heldout.items()}
@@ -237,17 +257,31 @@ def score_head(head_dir: Path, target: Path, verifier: LlamaGraph, heldout: dict
             "command": args.invocation}
 
 
+def autocast_choice(flag: str) -> bool:
+    """--autocast auto|on|off -> whether the head trains under bfloat16 autocast: auto where the CPU multiplies
+    bfloat16 natively (loop.bf16_autocast_pays)."""
+    return bf16_autocast_pays() if flag == "auto" else flag == "on"
+
+
+def run_preset(args: argparse.Namespace) -> Eagle3Preset:
+    """The preset named by --preset with the run's overrides."""
+    from ..errors import YggcError
+
+    if args.decay and args.schedule != "wsd":
+        raise YggcError("--decay goes with --schedule wsd (the cosine schedule decays to --steps by itself)")
+    preset = preset_named(args.preset, EAGLE3_PRESETS)
+    return replace(preset, steps=args.steps or preset.steps, draft_vocab=args.draft_vocab or preset.draft_vocab,
+                   unroll=args.unroll or preset.unroll,
+                   reference=preset.reference if args.reference is None else args.reference)
+
+
 def run(args: argparse.Namespace) -> dict:
-    """Data, features, draft vocabulary, training (or resuming) and, at the last step, OUT/eagle3-<preset>;
-    returns the summary (also in that folder's eagle3_summary.json)."""
+    """Data, features, draft vocabulary (or the --init head's), training (or resuming) and, at the schedule's last
+    step, OUT/eagle3-<preset>; returns the summary (also in that folder's eagle3_summary.json)."""
     from ..graphs import load_model
-    from ..graphs.eagle3_checkpoint import head_base_config, save_eagle3
 
     require_transformers()
-    preset = preset_named(args.preset, EAGLE3_PRESETS)
-    preset = replace(preset, steps=args.steps or preset.steps, draft_vocab=args.draft_vocab or preset.draft_vocab,
-                     unroll=args.unroll or preset.unroll,
-                     reference=preset.reference if args.reference is None else args.reference)
+    preset = run_preset(args)
     target = checkpoint_folder(args.target, "--target")
     out = (args.out or CACHE / data_folder_name(preset.data, args.chat_prompts)).expanduser().resolve()
     torch.set_num_threads(args.threads)
@@ -262,32 +296,57 @@ def run(args: argparse.Namespace) -> dict:
     if args.score:
         return score_head(args.score, target, verifier, heldout, out / ".state" / "features", preset, args)
     keep = budget_prefixes((train_samples, reference), args.train_tokens)
-    head, tables = new_head(target, verifier, train_samples[:keep[0]], preset.draft_vocab, args.seed)
+    head, tables = (saved_head(args.init, target, verifier) if args.init else
+                    new_head(target, verifier, train_samples[:keep[0]], preset.draft_vocab, args.seed))
     name = f"eagle3-{preset.name}" + (f"-{args.train_tokens}tok" if args.train_tokens else "")
     state_dir = out / ".state" / name
-    done = saved_step(state_dir, not args.no_resume) >= preset.steps
+    done = saved_step(state_dir, not args.no_resume) >= schedule(preset, args)[0]
     features, verifier_id = out / ".state" / "features", verifier_digest(target, args.dtype)  # the cache, shared by every head
     seqs = [] if done else training_sequences(verifier, train_samples, reference, verifier_id, features, keep)
     held = {split: cached_extract(verifier, samples, verifier_id, features) for split, samples in heldout.items()}
     del verifier
-    recipe = {"seed": args.seed, "train_conversations": keep[0], "reference_conversations": keep[1],
-              "draft_vocab": len(tables[0]), "unroll": preset.unroll}
-    recipe |= {} if args.dtype == "float32" else {"verifier_dtype": args.dtype}  # float32 states resume as before
-    meta = train(head, seqs, preset, tables, state_dir, args, recipe)
-    curves = {split: evaluate(head, seqs, preset.unroll, *tables, preset.train.batch_size)
-              for split, seqs in held.items()}
-    curve = curves["heldout"]
+    bf16 = autocast_choice(args.autocast)
+    meta = train(head, seqs, preset, tables, state_dir, args, run_recipe(args, keep, tables, preset), bf16)
+    rows = train_samples[:keep[0]] + reference[:keep[1]]
     summary = {"preset": preset.name, "target": str(target), "steps": meta["step"], "draft_vocab": len(tables[0]),
                "unroll": preset.unroll, "verifier_dtype": args.dtype, "feature_layers": list(head.eagle.feature_layers),
+               "schedule": args.schedule, "decay_steps": args.decay or 0, "init": str(args.init) if args.init else None,
+               "autocast": "bfloat16" if bf16 else "off",
                "train_conversations": keep[0], "reference_conversations": keep[1],
-               "train_rows": sum(len(s.ids) - 1 for s in train_samples[:keep[0]] + reference[:keep[1]]),
-               "train_label_tokens": label_tokens(train_samples[:keep[0]] + reference[:keep[1]]),
+               "train_rows": sum(len(s.ids) - 1 for s in rows), "train_label_tokens": label_tokens(rows),
                "train_minutes": meta["train_seconds"] / 60, "wall_minutes": (time.time() - t0) / 60,
-               "heldout_agreement_per_step": curve, "heldout_chain_accepted_length": float(np.sum(np.cumprod(curve))),
-               **{f"{split}_agreement_per_step": c for split, c in curves.items() if split != "heldout"},
-               "command": args.invocation}
-    if meta["step"] >= preset.steps:
-        dest = save_eagle3(head.to(torch.bfloat16), head_base_config(target), out / name,
-                           {"eagle3_summary.json": json.dumps(summary, indent=1)})
-        summary["head"] = str(dest)
+               **heldout_summary(head, held, preset, tables), "command": args.invocation}
+    if meta["step"] >= schedule(preset, args)[0]:
+        summary["head"] = str(export_head(head, target, out / name, summary))
     return summary
+
+
+def run_recipe(args: argparse.Namespace, keep: tuple[int, int], tables: Tables, preset: Eagle3Preset) -> dict:
+    """What a saved state must have been made from to be resumed: the data, the seed, the sizes, the batch order,
+    the schedule's kind, the warm start and the verifier's dtype (the last three only where not the default, so
+    states saved before they existed resume as before)."""
+    recipe = {"seed": args.seed, "train_conversations": keep[0], "reference_conversations": keep[1],
+              "draft_vocab": len(tables[0]), "unroll": preset.unroll, "batches": "by-length"}
+    recipe |= {} if args.dtype == "float32" else {"verifier_dtype": args.dtype}
+    recipe |= {} if args.schedule == "cosine" else {"schedule": args.schedule}
+    recipe |= {"init": str(Path(args.init).resolve())} if args.init else {}
+    return recipe
+
+
+def heldout_summary(head: Eagle3Graph, held: dict[str, list[ConversationFeatures]], preset: Eagle3Preset,
+                    tables: Tables) -> dict:
+    """Held-out agreement per unroll position for every held-out split (out-of-vocabulary rows count as misses),
+    and the chain acceptance length the "heldout" split's curve implies."""
+    curves = {split: evaluate(head, seqs, preset.unroll, *tables, preset.train.batch_size)
+              for split, seqs in held.items()}
+    return {**{f"{split}_agreement_per_step": c for split, c in curves.items()},
+            "heldout_chain_accepted_length": float(np.sum(np.cumprod(curves["heldout"]))),
+            "agreement_counts_out_of_vocabulary_as_misses": True}
+
+
+def export_head(head: Eagle3Graph, target: Path, dest: Path, summary: dict) -> Path:
+    """The head in the public EAGLE-3 layout, in bfloat16, with eagle3_summary.json."""
+    from ..graphs.eagle3_checkpoint import head_base_config, save_eagle3
+
+    return save_eagle3(head.to(torch.bfloat16), head_base_config(target), dest,
+                       {"eagle3_summary.json": json.dumps(summary, indent=1)})

@@ -8,6 +8,7 @@ seed and the step, and the state of a run is saved every --ckpt-every steps and 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -78,6 +79,15 @@ def load_state(state_dir: Path, model: torch.nn.Module, opt: torch.optim.Optimiz
     return json.loads((state_dir / "state.json").read_text())
 
 
+def bf16_autocast_pays() -> bool:
+    """Whether bfloat16 autocast speeds training on this CPU: one with AVX512-BF16 or AMX multiplies bfloat16
+    natively; elsewhere (AVX2) every bfloat16 product is converted in software and runs many times slower than
+    float32."""
+    import torch
+
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
 def make_optimizer(model: torch.nn.Module, hp: TrainHParams) -> torch.optim.AdamW:
     """AdamW with weight decay on the matrices only."""
     import torch
@@ -96,6 +106,18 @@ def lr_at(step: int, total: int | None, hp: TrainHParams) -> float:
         return hp.lr
     frac = min(1.0, (step - hp.warmup_steps) / max(1, total - hp.warmup_steps))
     return hp.lr * (hp.min_lr_ratio + (1 - hp.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def wsd_lr_at(step: int, hp: TrainHParams, decay_from: int | None, decay_steps: int) -> float:
+    """Warmup-stable-decay: linear warmup, the peak rate for as long as the run is extended, then (from step
+    `decay_from`, None: not yet) a 1 - sqrt decay to hp.min_lr_ratio of the peak over `decay_steps` steps. The rate
+    of a step does not depend on how long the stable phase will last, so a run can be trained longer at any time."""
+    if step < hp.warmup_steps:
+        return hp.lr * (step + 1) / hp.warmup_steps
+    if decay_from is None or step < decay_from:
+        return hp.lr
+    frac = min(1.0, (step - decay_from) / max(1, decay_steps))
+    return hp.lr * (hp.min_lr_ratio + (1 - hp.min_lr_ratio) * (1 - math.sqrt(frac)))
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
@@ -134,6 +156,30 @@ def batch_indices(n: int, seed: int, step: int, batch: int) -> list[int]:
             perms[epoch] = np.random.default_rng([seed, epoch]).permutation(n)
         out.append(int(perms[epoch][i]))
     return out
+
+
+@functools.lru_cache(maxsize=2)
+def epoch_batches(lengths: tuple[int, ...], seed: int, epoch: int, batch: int, pool: int) -> tuple[tuple[int, ...], ...]:
+    """The batches of one epoch: a fresh permutation of the items cut into pools of `pool` batches, each pool
+    sorted by length and cut into batches, the epoch's batches then in a random order. Batches of similar lengths
+    pad little; the n % batch items the permutation leaves last are not seen that epoch."""
+    rng = np.random.default_rng([seed, epoch, 1])
+    perm = rng.permutation(len(lengths))[:len(lengths) // batch * batch]
+    out = []
+    for start in range(0, len(perm), pool * batch):
+        chunk = sorted(perm[start:start + pool * batch].tolist(), key=lambda i: (lengths[i], i))
+        out += [tuple(chunk[i:i + batch]) for i in range(0, len(chunk), batch)]
+    return tuple(out[i] for i in rng.permutation(len(out)))
+
+
+def length_bucketed_indices(lengths: tuple[int, ...], seed: int, step: int, batch: int, pool: int = 16) -> list[int]:
+    """Items of step `step`, in batches of similar lengths (epoch_batches); a pure function of the lengths, the seed
+    and the step. Fewer items than a batch: batch_indices."""
+    per_epoch = len(lengths) // batch
+    if per_epoch == 0:
+        return batch_indices(len(lengths), seed, step, batch)
+    epoch, i = divmod(step, per_epoch)
+    return list(epoch_batches(lengths, seed, epoch, batch, pool)[i])
 
 
 @dataclass
@@ -319,21 +365,49 @@ def check_recipe(job: str, state_dir: Path, recipe: dict | None) -> None:
                         "pass --no-resume to start it over, or --out for a separate folder")
 
 
+PAUSE_FILE = Path(os.environ.get("YGGC_TRAIN_PAUSE", "~/.cache/yggc/train.pause")).expanduser()
+SAVE_SECONDS = 300.0  # a running job also saves its state this often, whatever --ckpt-every says
+
+
+def wait_while_paused(job: str, save: Callable[[], None]) -> None:
+    """While PAUSE_FILE exists (`touch` it around timing benchmarks, remove it to go on): save the state once and
+    sleep, so a paused job takes no CPU time."""
+    if not PAUSE_FILE.exists():
+        return
+    save()
+    log(job, f"paused by {PAUSE_FILE} (state saved); remove it to go on")
+    while PAUSE_FILE.exists():
+        time.sleep(2.0)
+    log(job, "resumed")
+
+
 def distill_steps(job: str, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict, total: int,
                   hp: TrainHParams, state_dir: Path, args: argparse.Namespace,
-                  step: Callable[[dict], tuple[torch.Tensor, str]]) -> dict:
+                  step: Callable[[dict], tuple[torch.Tensor, str]],
+                  lr: Callable[[int], float] | None = None) -> dict:
     """The resumable loop of the drafter and EAGLE-3 jobs, from meta["step"] (or the state saved in state_dir,
     made from the same meta["recipe"]) to `total`. step(meta) -> (loss, progress text) computes the loss of
-    batch meta["step"] (and may keep running statistics in meta); checkpoints every args.ckpt_every steps and
-    when args.max_minutes / args.stop_after stop the run (rerun to resume); args.no_resume starts over."""
+    batch meta["step"] (and may keep running statistics in meta); lr(step) the learning rate (default: warmup and
+    cosine to `total`). Saves every args.ckpt_every steps, every SAVE_SECONDS, when paused (PAUSE_FILE) and when
+    args.max_minutes / args.stop_after stop the run (rerun to resume); args.no_resume starts over."""
     if (state_dir / "state.json").is_file() and not args.no_resume:
         check_recipe(job, state_dir, meta.get("recipe"))
         meta = {**load_state(state_dir, model, opt), "recipe": meta.get("recipe")}
         log(job, f"resumed at step {meta['step']}")
-    start, t0, stop = meta["step"], time.time(), None
+    lr = lr or (lambda s: lr_at(s, total, hp))
+    start, t0, stop, saved_at = meta["step"], time.time(), None, time.time()
+
+    def save() -> None:
+        nonlocal saved_at
+        save_state(state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + time.time() - t0})
+        saved_at = time.time()
+
     bar = progress(f"train {job}", total, start)
     while meta["step"] < total:
-        set_lr(opt, lr_at(meta["step"], total, hp))
+        paused = time.time()
+        wait_while_paused(job, save)
+        t0 += time.time() - paused  # paused minutes are not training time
+        set_lr(opt, lr(meta["step"]))
         loss, text = step(meta)
         apply_gradients(model, opt, loss, hp.grad_clip)
         meta["step"] += 1
@@ -342,8 +416,9 @@ def distill_steps(job: str, model: torch.nn.Module, opt: torch.optim.Optimizer, 
         elapsed = time.time() - t0
         stop = ("--stop-after" if args.stop_after is not None and meta["step"] - start >= args.stop_after else
                 "--max-minutes" if args.max_minutes and elapsed > args.max_minutes * 60 else None)
-        if meta["step"] % args.ckpt_every == 0 or meta["step"] == total or stop:
-            save_state(state_dir, model, opt, {**meta, "train_seconds": meta["train_seconds"] + elapsed})
+        if (meta["step"] % args.ckpt_every == 0 or meta["step"] == total or stop
+                or time.time() - saved_at > SAVE_SECONDS):
+            save()
         if stop:
             break
     bar.close()

@@ -10,6 +10,8 @@ so all steps share one target: the verifier's distribution at position p+1 over 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -63,30 +65,59 @@ def head_step(head: Eagle3Graph, emb_n: torch.Tensor, feature: torch.Tensor, cos
     return h + head.mlp(head.mlp_norm(h))
 
 
-def ttt_logits(head: Eagle3Graph, tokens: torch.Tensor, features: torch.Tensor, k: int) -> list[torch.Tensor]:
-    """tokens [B, T] (x_{p+1}), verifier features [B, T, F] (g_p) -> draft-vocab logits [B, T, Vd] per step."""
+def ttt_hidden(head: Eagle3Graph, tokens: torch.Tensor, features: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """tokens [B, T] (x_{p+1}), verifier features [B, T, F] (g_p) -> each step's output feature [B, T, H]."""
     T = tokens.shape[1]
     emb_n = head.input_norm(head.embed(tokens))
     cos, sin = rope_cos_sin(torch.arange(T), rope_inv_freq(head.cfg.rope, head.cfg.head_dim), emb_n.dtype)
     feature, keys, values, out = head.fuse(features), [], [], []
     for j in range(k):
         h = head_step(head, emb_n, feature, cos, sin, keys, values, j)
-        out.append(head.lm_head(head.norm(h)))
+        out.append(h)
         feature = shift_right(h, 1)  # row p's parent is row p-1 of this step
     return out
 
 
-def ttt_loss(logits: list[torch.Tensor], target_logp: torch.Tensor, target_best: torch.Tensor,
-             mask: torch.Tensor, decay: float = 0.8) -> tuple[torch.Tensor, list[float]]:
-    """Soft cross-entropy against the verifier's draft-vocab distribution, step j weighted decay**j, on rows
-    `mask` [B, T] whose step-j node exists (p >= j) -> (loss, top-1 agreement per step)."""
-    total, agree = 0.0, []
-    p = target_logp.exp()
-    rows = torch.arange(mask.shape[1])
-    for j, lg in enumerate(logits):
-        m = mask & (rows >= j)[None, :]
-        ce = -(p * F.log_softmax(lg.float(), -1)).sum(-1)  # [B, T]
-        n = m.sum().clamp_min(1)
-        total = total + decay ** j * (ce * m).sum() / n
-        agree.append(float(((lg.argmax(-1) == target_best) & m).sum() / n))
-    return total, agree
+def ttt_logits(head: Eagle3Graph, tokens: torch.Tensor, features: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """tokens [B, T], features [B, T, F] -> draft-vocab logits [B, T, Vd] per step, at every row."""
+    return [head.lm_head(head.norm(h)) for h in ttt_hidden(head, tokens, features, k)]
+
+
+@dataclass(frozen=True)
+class TTTBatch:
+    """A padded batch of conversations and the rows the loss and the agreement are taken on (the answer rows)."""
+
+    tokens: torch.Tensor      # [B, T] long: x_{p+1} (zeros past a conversation's end)
+    features: torch.Tensor    # [B, T, F]: g_p
+    rows: torch.Tensor        # [N] long: flat index b * T + p of each answer row
+    positions: torch.Tensor   # [N] long: p of each answer row (step j exists at p >= j)
+    target_logp: torch.Tensor  # [N, Vd] float32: the verifier's log-probabilities over the draft vocabulary
+    best: torch.Tensor        # [N] long: the draft id of the verifier's argmax, -1 outside the draft vocabulary
+
+
+@dataclass(frozen=True)
+class StepScores:
+    """Per unroll step: rows where the head's top-1 is the verifier's, and answer rows that step has (a row whose
+    verifier token is outside the draft vocabulary counts as a miss: the rate a decode sees)."""
+
+    hits: tuple[int, ...]
+    rows: tuple[int, ...]
+
+
+def ttt_loss(head: Eagle3Graph, hidden: list[torch.Tensor], batch: TTTBatch,
+             decay: float = 0.8) -> tuple[torch.Tensor, StepScores]:
+    """Soft cross-entropy against the verifier's draft-vocab distribution, step j weighted decay**j, on the answer
+    rows whose step-j node exists (p >= j) and whose verifier token is in the draft vocabulary. The LM head runs on
+    those rows only (gathered before it), not on the padding and prompt rows of the batch."""
+    total, hits, rows = 0.0, [], []
+    in_vocab = batch.best >= 0
+    p = batch.target_logp.exp()
+    for j, h in enumerate(hidden):
+        at = batch.positions >= j  # [N]
+        logits = head.lm_head(head.norm(h.flatten(0, 1)[batch.rows[at]])).float()  # [n_j, Vd]
+        counted = in_vocab[at]
+        ce = -(p[at] * F.log_softmax(logits, -1)).sum(-1)  # [n_j]
+        total = total + decay ** j * (ce * counted).sum() / counted.sum().clamp_min(1)
+        hits.append(int((logits.argmax(-1) == batch.best[at]).sum()))
+        rows.append(int(at.sum()))
+    return total, StepScores(tuple(hits), tuple(rows))
