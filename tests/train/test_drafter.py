@@ -159,7 +159,8 @@ def test_chat_prompts_alternate_with_the_stdlib_ones_and_are_scored_apart(target
     tok, _ = shards.chat_tokenizer(target)
     first = shards.read_samples(tmp_path / "a" / "data" / "train")[0]
     assert tok.decode(first.ids[:first.answer_start]) == "Can you tell me a fact about the number 0?"
-    assert stdlib_prompts.alternate(["a", "b", "c"], ["x"]) == ["a", "x", "b", "c"]
+    assert stdlib_prompts.interleave(["a", "b", "c"], ["x"]) == ["a", "x", "b", "c"]
+    assert stdlib_prompts.interleave(["a", "b", "c", "d"], ["x", "y", "z"], 2) == ["a", "b", "x", "c", "d", "y", "z"]
     capsys.readouterr()
     assert main(["train", "drafter", "--target", str(target), "--preset", "tiny", "--corpus-dir", str(corpus),
                  "--out", str(tmp_path / "a"), "--threads", "1", "--steps", "1"]) == 2  # same folder, no chat prompts

@@ -117,7 +117,13 @@ def test_chat_prompts_file_errors_name_the_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("{}")
     with pytest.raises(YggcError, match="x.json: not a chat_prompts.json"):
-        stdlib_prompts.read_chat_prompts(bad, "train")
+        stdlib_prompts.read_chat_prompts(bad)
     bad.write_text(json.dumps({"train": [1, 2]}))
     with pytest.raises(YggcError, match="not a list of texts"):
-        stdlib_prompts.read_chat_prompts(bad, "train")
+        stdlib_prompts.read_chat_prompts(bad)
+    bad.write_text("{")
+    with pytest.raises(YggcError, match="x.json: cannot read it as JSON"):
+        stdlib_prompts.read_chat_prompts(bad)
+    bad.write_text(json.dumps({"sources": [], "prompts": [{"source": "a"}]}))
+    with pytest.raises(YggcError, match="x.json: 'prompts' is not a list of {source, text} objects"):
+        stdlib_prompts.read_chat_prompts(bad)

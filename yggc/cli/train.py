@@ -140,6 +140,8 @@ def add_eagle3_parser(jobs: Jobs) -> None:
     add_chat_prompts_arg(p)
     p.add_argument("--prompts", type=POSITIVE, metavar="N",
                    help="training prompts the verifier answers (default: the data preset's); more adds shards")
+    p.add_argument("--eval-prompts", type=POSITIVE, metavar="N",
+                   help="prompts of each held-out split the verifier answers (default: the data preset's)")
     add_gen_batch_arg(p)
     p.add_argument("--train-tokens", type=POSITIVE, metavar="N",
                    help="train on the leading conversations that hold about N answer tokens, generated and reference "

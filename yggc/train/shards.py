@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .loop import progress
+from .loop import progress, wait_while_paused
 from .presets import GenSpec
 
 if TYPE_CHECKING:
@@ -111,6 +111,7 @@ def write_shards(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpe
     bar = progress(f"generate {label}", n_shards, n_shards - len(todo), unit="shard")
     t0, tokens = time.perf_counter(), 0
     for s in todo:
+        wait_while_paused(f"generate {label}", lambda: None)  # finished shards are on disk already
         batch = prompts[s * spec.batch:(s + 1) * spec.batch]
         tensors = generate_shard(model, batch, spec, s, eos)
         tokens += len(tensors["response_ids"])

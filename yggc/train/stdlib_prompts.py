@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..errors import YggcError
 from .corpus import corpus_files, is_heldout, read_text, rel_posix, stdlib_root
+from .prompt_sets import is_prompt_set, prompt_set_splits
 
 MAX_CODE_CHARS = 700
 MAX_DOC_CHARS = 500
@@ -151,29 +152,45 @@ def build_pairs(heldout: bool, root: Path | None = None) -> list[tuple[str, str]
     return [(instruction(item), phrase(item, ANSWERS)) for item in sorted_items(heldout, root)]
 
 
-def read_chat_prompts(path: Path, split: str) -> list[str]:
-    """The `split` ("train" or "heldout") prompts of a chat_prompts.json; one clear error otherwise."""
+def read_chat_prompts(path: Path) -> dict[str, list[str]]:
+    """The chat prompts of a --chat-prompts file by split: a chat_prompts.json of `yggc train prompts` (its
+    "train" and "heldout" lists: splits "train" and "heldout-chat") or a human-written prompt set (prompt_sets.py:
+    "train", "heldout-mtbench", "heldout-human"); one clear error otherwise."""
     try:
-        prompts = json.loads(Path(path).read_text(encoding="utf-8"))[split]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise YggcError(f"--chat-prompts {path}: not a chat_prompts.json of `yggc train prompts` ({e})") from None
-    if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
-        raise YggcError(f"--chat-prompts {path}: '{split}' is not a list of texts")
-    return prompts
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise YggcError(f"--chat-prompts {path}: cannot read it as JSON ({e})") from None
+    if is_prompt_set(raw):
+        return prompt_set_splits(raw, str(path))
+    splits = {}
+    for split, name in (("train", "train"), ("heldout", "heldout-chat")):
+        prompts = raw.get(split) if isinstance(raw, dict) else None
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise YggcError(f"--chat-prompts {path}: not a chat_prompts.json of `yggc train prompts` or a prompt set "
+                            f"('{split}' is not a list of texts)")
+        splits[name] = prompts
+    return splits
 
 
-def alternate(a: list[str], b: list[str]) -> list[str]:
-    """a[0], b[0], a[1], b[1], ... then the rest of the longer list."""
-    n = min(len(a), len(b))
-    return [t for pair in zip(a[:n], b[:n]) for t in pair] + a[n:] + b[n:]
+def interleave(a: list[str], b: list[str], every: int = 1) -> list[str]:
+    """`every` items of a, then one of b, and so on; then the rest of the longer list."""
+    out, j = [], 0
+    for i, item in enumerate(a):
+        out.append(item)
+        if (i + 1) % every == 0 and j < len(b):
+            out.append(b[j])
+            j += 1
+    return out + b[j:]
 
 
 def prompt_splits(corpus: Path | None, chat_prompts: Path | None) -> dict[str, list[str]]:
-    """Data split -> its prompt texts: the stdlib prompts (build_prompts), and with a chat_prompts.json of
-    `yggc train prompts` its training prompts alternate with the stdlib ones and its held-out ones are
-    the split "heldout-chat"."""
+    """Data split -> its prompt texts: the stdlib prompts (build_prompts), and with --chat-prompts its training
+    prompts interleaved with the stdlib ones (one to one for a chat_prompts.json, as its data folders were made;
+    two to one for a prompt set, so that chat makes most of the batches) and its held-out splits."""
     splits = {"train": build_prompts(False, corpus), "heldout": build_prompts(True, corpus)}
     if chat_prompts is not None:
-        splits["train"] = alternate(read_chat_prompts(chat_prompts, "train"), splits["train"])
-        splits["heldout-chat"] = read_chat_prompts(chat_prompts, "heldout")
+        chat = read_chat_prompts(chat_prompts)
+        every = 2 if "heldout-mtbench" in chat else 1
+        splits["train"] = interleave(chat.pop("train"), splits["train"], every)
+        splits |= chat
     return splits
