@@ -160,6 +160,9 @@ def add_eagle3_parser(jobs: Jobs) -> None:
     p.add_argument("--init", type=Path, metavar="HEAD",
                    help="start from the head in folder HEAD (e.g. $(yggc pull smollm2 --eagle3)) and its draft "
                         "vocabulary instead of a random head; the optimizer's moments start at zero")
+    p.add_argument("--campaign", type=Path, metavar="DIR",
+                   help="keep the answers and the best head in DIR (a folder to commit) and continue from them on any "
+                        "machine: answers found there are not generated again, its head is the warm start")
     p.add_argument("--schedule", choices=["cosine", "wsd"], default="cosine",
                    help="learning rate: warmup then cosine to --steps (default), or warmup-stable-decay: the peak "
                         "rate to --steps, which a later run may raise to train longer, then --decay steps of decay")

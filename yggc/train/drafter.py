@@ -146,6 +146,9 @@ def run(args: argparse.Namespace) -> dict:
     target_cfg = json.loads((target / "config.json").read_text())
     del teacher
     samples = read_samples(out / "data" / "train")
+    if any(s.topk_ids.shape[1] == 0 for s in samples):
+        raise YggcError(f"{out / 'data'} holds answers imported from an EAGLE-3 campaign, without the soft labels "
+                        "the drafter learns from; pass another --out")
     model = build_student(target_cfg, embedding, preset.size, args.seed)
     meta = train(model, samples, preset, out / ".state" / "drafter", args)
     model.eval()

@@ -286,6 +286,7 @@ def run(args: argparse.Namespace) -> dict:
     out = (args.out or CACHE / data_folder_name(preset.data, args.chat_prompts)).expanduser().resolve()
     torch.set_num_threads(args.threads)
     t0 = time.time()
+    record = open_campaign(args, target, out, preset) if args.campaign else None
     splits = ensure_data(target, out, preset.data, args)
     train_samples = read_samples(out / "data" / "train")
     heldout = {split: read_samples(out / "data" / split) for split in splits if split != "train"}
@@ -318,15 +319,64 @@ def run(args: argparse.Namespace) -> dict:
                **heldout_summary(head, held, preset, tables), "command": args.invocation}
     if meta["step"] >= schedule(preset, args)[0]:
         summary["head"] = str(export_head(head, target, out / name, summary))
+    if args.campaign:
+        close_campaign(args, target, out, preset, record, summary)
     return summary
 
 
+def campaign_data(args: argparse.Namespace, target: Path, preset: Eagle3Preset) -> dict:
+    """What a campaign's answers depend on: the verifier, the prompt set, the generation settings and the dtype."""
+    from ..bundle import file_sha256
+
+    gen = DRAFTER_PRESETS[preset.data].gen
+    return {"target": verifier_digest(target), "data_preset": preset.data, "dtype": args.dtype,
+            "chat_prompts_sha256": file_sha256(args.chat_prompts) if args.chat_prompts else None,
+            "gen_batch": args.gen_batch or gen.batch, "max_new": gen.max_new, "max_prompt": gen.max_prompt}
+
+
+def open_campaign(args: argparse.Namespace, target: Path, out: Path, preset: Eagle3Preset) -> dict:
+    """--campaign DIR: its record (checked against this run's data settings), its answers imported into the work
+    folder, and its head as the warm start where this machine has no saved state of the run."""
+    from .campaign import check_data, import_answers, read_record
+    from .loop import log
+
+    data = campaign_data(args, target, preset)
+    record = read_record(args.campaign)
+    check_data(record, data)
+    check_data_source(out / "data", args.chat_prompts, data["gen_batch"], DRAFTER_PRESETS[preset.data].gen.batch,
+                      args.dtype)
+    tok, chat = chat_tokenizer(target)
+    prompts = {split: encode_prompts(tok, chat, texts, data["max_prompt"])
+               for split, texts in prompt_splits(None, args.chat_prompts).items()}
+    imported = import_answers(args.campaign, out / "data", prompts, data["gen_batch"])
+    state = out / ".state" / f"eagle3-{preset.name}" / "state.json"
+    if args.init is None and (args.campaign / "head").is_dir() and (args.no_resume or not state.is_file()):
+        args.init = args.campaign / "head"
+    log("eagle3", f"campaign {args.campaign}: {imported} answer shards imported"
+        + (f", warm start from {args.init}" if args.init else ""))
+    return record
+
+
+def close_campaign(args: argparse.Namespace, target: Path, out: Path, preset: Eagle3Preset, record: dict,
+                   summary: dict) -> None:
+    """The run's new answers and record into the campaign folder, and its head where it scores best so far."""
+    from .campaign import export_answers, record_run
+    from .loop import log
+
+    exported = export_answers(out / "data", args.campaign)
+    kept = record_run(args.campaign, record, campaign_data(args, target, preset), summary)
+    log("eagle3", f"campaign {args.campaign}: {exported} answer shards added; the head "
+        + ("is the best so far: kept in the campaign" if kept else "was not kept (not exported, or not better)"))
+
+
 def run_recipe(args: argparse.Namespace, keep: tuple[int, int], tables: Tables, preset: Eagle3Preset) -> dict:
-    """What a saved state must have been made from to be resumed: the data, the seed, the sizes, the batch order,
+    """What a saved state must have been made from to be resumed: the data (not in a campaign), the seed, the sizes,
+    the batch order,
     the schedule's kind, the warm start and the verifier's dtype (the last three only where not the default, so
     states saved before they existed resume as before)."""
-    recipe = {"seed": args.seed, "train_conversations": keep[0], "reference_conversations": keep[1],
-              "draft_vocab": len(tables[0]), "unroll": preset.unroll, "batches": "by-length"}
+    recipe = {"seed": args.seed, "draft_vocab": len(tables[0]), "unroll": preset.unroll, "batches": "by-length"}
+    if not args.campaign:  # a campaign trains on more answers as they are generated
+        recipe |= {"train_conversations": keep[0], "reference_conversations": keep[1]}
     recipe |= {} if args.dtype == "float32" else {"verifier_dtype": args.dtype}
     recipe |= {} if args.schedule == "cosine" else {"schedule": args.schedule}
     recipe |= {"init": str(Path(args.init).resolve())} if args.init else {}

@@ -1,0 +1,59 @@
+"""A campaign kept in a folder: answers round-trip exactly as uint16 ids joined to their prompts by hash, and a new
+machine continuing from the folder trains as the old machine would have from the same head."""
+import json
+
+import pytest
+import torch
+from checkpoints import write_checkpoint
+from safetensors.torch import load_file
+from test_eagle3_head import head_weights, train_head
+
+from yggc.errors import YggcError
+from yggc.train import campaign, shards
+
+
+def shard(prompts: list[list[int]], answers: list[list[int]]) -> dict[str, torch.Tensor]:
+    offsets = lambda xs: torch.tensor([0] + [len(x) for x in xs]).cumsum(0)  # noqa: E731
+    return {"prompt_ids": torch.tensor(sum(prompts, []), dtype=torch.int32), "prompt_offsets": offsets(prompts),
+            "response_ids": torch.tensor(sum(answers, []), dtype=torch.int32), "response_offsets": offsets(answers)}
+
+
+def test_answers_round_trip_to_the_same_token_sequences():
+    prompts, answers = [[1, 5, 9], [7, 7]], [[65535, 0, 12], [49151]]
+    compact = campaign.compact_shard(shard(prompts, answers))
+    assert compact["answer_ids"].dtype == torch.uint16 and compact["prompt_sha256"].shape == (2, 32)
+    back = campaign.expand_shard(compact, prompts, "x")
+    po, ro = back["prompt_offsets"].tolist(), back["response_offsets"].tolist()
+    assert [back["prompt_ids"][a:b].tolist() for a, b in zip(po, po[1:])] == prompts
+    assert [back["response_ids"][a:b].tolist() for a, b in zip(ro, ro[1:])] == answers
+    assert back["topk_ids"].shape == (4, 0)  # no soft labels
+    with pytest.raises(YggcError, match="prompt 1 is not the one its answer was generated for"):
+        campaign.expand_shard(compact, [[1, 5, 9], [7, 8]], "x")
+    with pytest.raises(YggcError, match="2 answers but 1 prompts"):
+        campaign.expand_shard(compact, [[1, 5, 9]], "x")
+    with pytest.raises(YggcError, match="does not fit in 16 bits"):
+        campaign.compact_shard(shard(prompts, [[65536], [1]]))
+
+
+def test_a_new_machine_continues_the_campaign_as_the_old_one_would_have(ckpt_root, tmp_path):
+    target = write_checkpoint(ckpt_root / "campaign_v", "llama_tied_llama3")
+    folder = tmp_path / "campaign"
+    first = train_head(target, tmp_path / "old", "--schedule", "wsd", "--steps", "4", "--campaign", str(folder))
+    record = json.loads((folder / "campaign.json").read_text())
+    assert len(record["runs"]) == 1 and record["best"]["steps"] == 4 and (folder / "head" / "config.json").is_file()
+    answers = sorted(p.relative_to(folder) for p in folder.glob("answers/*/shard-*.safetensors"))
+    assert answers and all(load_file(str(folder / p))["answer_ids"].dtype == torch.uint16 for p in answers)
+    # the old machine, warm-starting from the kept head: what the new machine must reproduce
+    again = train_head(target, tmp_path / "old", "--schedule", "wsd", "--steps", "3", "--init", str(folder / "head"),
+                       "--no-resume")
+    fresh = train_head(target, tmp_path / "new", "--schedule", "wsd", "--steps", "3", "--campaign", str(folder))
+    assert fresh["init"] == str(folder / "head")
+    for split in ("train", "heldout"):  # the same conversations, read from the campaign instead of generated
+        old, new = (shards.read_samples(tmp_path / m / "data" / split) for m in ("old", "new"))
+        assert [s.ids for s in old] == [s.ids for s in new] and [s.answer_start for s in old] == [
+            s.answer_start for s in new]
+    a, b = head_weights(again), head_weights(fresh)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert fresh["heldout_agreement_per_step"] == again["heldout_agreement_per_step"]
+    assert len(json.loads((folder / "campaign.json").read_text())["runs"]) == 2
+    assert first["steps"] == 4

@@ -1,0 +1,162 @@
+"""A training campaign that outlives the machine it runs on (``yggc train eagle3 --campaign DIR``).
+
+What is slow to make is kept in DIR, a folder meant to be committed: the target's answers (hours of generation on
+2 cores) and the best head so far. What is quick to remake is not: the verifier's features re-extract in minutes,
+and the optimizer's moments re-warm in a few dozen steps after a warm start from DIR's head.
+
+    DIR/campaign.json                  the record: what the data answers, the runs so far, the held-out curve
+    DIR/answers/<split>/shard-NNNNN.safetensors
+                                       one per data shard: answer_ids [T] uint16 (every answer of the shard, in
+                                       order), answer_offsets [n + 1] int64, prompt_sha256 [n, 32] uint8 (of each
+                                       prompt's token ids, as generated); metadata "sampled" as the shard's
+    DIR/head/                          the head with the best held-out agreement so far (public EAGLE-3 layout)
+
+The prompts themselves are not kept: they come from the --chat-prompts file and the stdlib, and an answer is
+only joined to the prompt whose token ids have its hash. Imported shards carry no soft labels (the EAGLE-3 head
+recomputes its targets from the verifier's features; the standalone drafter job refuses such a folder).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import YggcError
+from .shards import shard_path
+
+RECORD = "campaign.json"
+
+
+def prompt_digest(ids: torch.Tensor) -> bytes:
+    """sha256 of a prompt's token ids (int32, little-endian): the key an answer is joined to its prompt by."""
+    return hashlib.sha256(ids.to(torch.int32).numpy().astype("<i4").tobytes()).digest()
+
+
+def compact_shard(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A data shard's tensors -> the campaign's: answer ids as uint16 with offsets, each prompt's digest."""
+    if tensors["response_ids"].numel() and int(tensors["response_ids"].max()) >= 2 ** 16:
+        raise YggcError("a token id does not fit in 16 bits: this campaign format holds vocabularies of <= 65,536")
+    po = tensors["prompt_offsets"].tolist()
+    digests = [prompt_digest(tensors["prompt_ids"][a:b]) for a, b in zip(po, po[1:])]
+    return {"answer_ids": tensors["response_ids"].to(torch.int32).to(torch.uint16),
+            "answer_offsets": tensors["response_offsets"].to(torch.int64),
+            "prompt_sha256": torch.from_numpy(np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, 32).copy())}
+
+
+def export_answers(data_dir: Path, dest: Path) -> int:
+    """Every shard of data_dir/<split> not yet in dest/answers/<split>, compacted; returns how many were written."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    written = 0
+    for path in sorted(data_dir.glob("*/shard-*.safetensors")):
+        out = dest / "answers" / path.parent.name / path.name
+        if out.is_file():
+            continue
+        with safe_open(str(path), "pt") as f:
+            sampled = (f.metadata() or {}).get("sampled", "False")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        save_file(compact_shard(load_file(str(path))), str(tmp), metadata={"sampled": sampled})
+        os.replace(tmp, out)
+        written += 1
+    return written
+
+
+def expand_shard(compact: dict[str, torch.Tensor], prompts: list[list[int]], where: str) -> dict[str, torch.Tensor]:
+    """A campaign shard and the prompts it answers (token ids, in order) -> the data shard's tensors, with soft labels
+    of width 0. YggcError where a prompt is not the one the answer was generated for."""
+    digests = compact["prompt_sha256"]
+    if len(prompts) != len(digests):
+        raise YggcError(f"{where}: {len(digests)} answers but {len(prompts)} prompts for that shard here; the "
+                        "prompt set or the tokenizer is not the one the campaign answered")
+    for i, p in enumerate(prompts):
+        if prompt_digest(torch.tensor(p)) != bytes(digests[i].tolist()):
+            raise YggcError(f"{where}: prompt {i} is not the one its answer was generated for; the prompt set, "
+                            "its order or the chat template differs from the campaign's")
+    answers = compact["answer_ids"].to(torch.int32)
+    return {"prompt_ids": torch.tensor([t for p in prompts for t in p], dtype=torch.int32),
+            "prompt_offsets": torch.tensor([0] + [len(p) for p in prompts]).cumsum(0),
+            "response_ids": answers, "response_offsets": compact["answer_offsets"],
+            "topk_ids": torch.zeros(len(answers), 0, dtype=torch.int32),
+            "topk_logprobs": torch.zeros(len(answers), 0, dtype=torch.float16)}
+
+
+def import_answers(src: Path, data_dir: Path, prompts: dict[str, list[list[int]]], batch: int) -> int:
+    """The campaign's shards missing from data_dir/<split>, rebuilt from `prompts` (each split's prompt token ids in
+    generation order, `batch` a shard); returns how many were written."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    written = 0
+    for path in sorted((src / "answers").glob("*/shard-*.safetensors")):
+        split, index = path.parent.name, int(path.stem.split("-")[1])
+        out = shard_path(data_dir / split, index)
+        if out.is_file():
+            continue
+        with safe_open(str(path), "pt") as f:
+            sampled = (f.metadata() or {}).get("sampled", "False")
+        shard = expand_shard(load_file(str(path)), prompts.get(split, [])[index * batch:(index + 1) * batch],
+                             str(path))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        save_file(shard, str(tmp), metadata={"sampled": sampled, "soft_labels": "none"})
+        os.replace(tmp, out)
+        written += 1
+    return written
+
+
+def read_record(src: Path) -> dict:
+    """DIR/campaign.json, or a new record where there is none."""
+    path = src / RECORD
+    if not path.is_file():
+        return {"data": None, "runs": [], "best": None}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise YggcError(f"{path}: not a campaign record ({e}); restore it from git") from None
+
+
+def check_data(record: dict, data: dict) -> None:
+    """YggcError where the campaign's answers were made from another prompt set, shard size or dtype than `data`."""
+    if record["data"] is not None and record["data"] != data:
+        changed = ", ".join(f"{k} {record['data'].get(k)} -> {v}" for k, v in data.items()
+                            if record["data"].get(k) != v)
+        raise YggcError(f"the campaign's answers were made with other settings ({changed}); use the campaign's "
+                        "--chat-prompts file, --gen-batch and --dtype, or another --campaign folder")
+
+
+def score_of(summary: dict) -> float:
+    """The campaign's measure of a head: the first unroll position's agreement on human-written held-out chat
+    (MT-bench first turns and the held-out split, their mean), else on the stdlib held-out split."""
+    chat = [summary[k][0] for k in ("heldout-mtbench_agreement_per_step", "heldout-human_agreement_per_step")
+            if k in summary]
+    return float(np.mean(chat)) if chat else float(summary["heldout_agreement_per_step"][0])
+
+
+def record_run(src: Path, record: dict, data: dict, summary: dict) -> bool:
+    """Append the run to the record, keep its head in DIR/head where it scores best so far, write campaign.json
+    last; returns whether the head was kept."""
+    score = score_of(summary)
+    best = record["best"] is None or score > record["best"]["score"]
+    if best and summary.get("head"):
+        tmp = src / "head.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(summary["head"], tmp)
+        shutil.rmtree(src / "head", ignore_errors=True)
+        os.replace(tmp, src / "head")
+        record["best"] = {"score": score, "steps": summary["steps"]}
+    keys = ("steps", "schedule", "decay_steps", "train_label_tokens", "train_conversations", "train_minutes")
+    record["runs"].append({**{k: summary.get(k) for k in keys}, "score": score,
+                           **{k: v for k, v in summary.items() if k.endswith("_agreement_per_step")},
+                           "command": summary.get("command")})
+    record["data"] = data
+    src.mkdir(parents=True, exist_ok=True)
+    (src / (RECORD + ".tmp")).write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(src / (RECORD + ".tmp"), src / RECORD)
+    return bool(best and summary.get("head"))
