@@ -3,7 +3,7 @@ import json
 
 from yggc.train import stdlib_prompts
 from yggc.train.magpie import is_heldout
-from yggc.train.prompt_sets import prompt_set_splits
+from yggc.train.prompt_sets import in_turn, prompt_set_splits
 
 
 def prompt(source: str, text: str) -> dict:
@@ -24,6 +24,15 @@ def test_mt_bench_first_turns_are_held_out_and_its_follow_ups_left_out():
     held = [t for t in texts if is_heldout(t)]
     assert 0 < len(held) < 40 and splits["heldout-human"][1:] == held
     assert splits["train"] == [t for t in texts if not is_heldout(t)]
+
+
+def test_the_training_split_takes_the_sources_in_turn():
+    assert in_turn([["a1", "a2", "a3"], ["b1"], ["c1", "c2"]]) == ["a1", "b1", "c1", "a2", "c2", "a3"]
+    groups = {src: [f"Tell me about {src} item {i}, please." for i in range(n)]
+              for src, n in (("big", 30), ("small", 4), ("mid", 12))}
+    raw = {"sources": [], "prompts": [prompt(src, t) for src, texts in groups.items() for t in texts]}
+    kept = [[t for t in texts if not is_heldout(t)] for texts in groups.values()]
+    assert prompt_set_splits(raw, "set.json")["train"] == in_turn(kept)
 
 
 def test_a_prompt_set_mixes_two_chat_prompts_with_each_stdlib_prompt_and_keeps_its_held_out_splits(tmp_path):

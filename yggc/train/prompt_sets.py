@@ -11,7 +11,9 @@ Splits, pure functions of the source and the text (so no training prompt can be 
   heldout-mtbench  MT-bench's first turns, the held-out set the EAGLE papers report;
   heldout-human    every source's prompts whose normalised text hashes to the held-out split (magpie.is_heldout),
                    and every prompt of a set published for evaluation only (EVAL_ONLY);
-  train            the rest. MT-bench's second turns are left out: they answer a first turn the set does not show.
+  train            the rest, taken from the sources in turn (one of each, then the next of each, ...), so that any
+                   leading share of it (`--prompts N`) mixes every source rather than the first file's.
+MT-bench's second turns are left out: they answer a first turn the set does not show.
 """
 from __future__ import annotations
 
@@ -35,14 +37,23 @@ def prompt_set_splits(raw: dict, where: str) -> dict[str, list[str]]:
     if not isinstance(prompts, list) or not all(isinstance(p, dict) and isinstance(p.get("text"), str)
                                                 and isinstance(p.get("source"), str) for p in prompts):
         raise YggcError(f"--chat-prompts {where}: 'prompts' is not a list of {{source, text}} objects")
-    splits: dict[str, list[str]] = {"train": [], "heldout-mtbench": [], "heldout-human": []}
+    splits: dict[str, list[str]] = {"heldout-mtbench": [], "heldout-human": []}
+    train: dict[str, list[str]] = {}
     seen: set[str] = set()
     for p in prompts:
         key = normalised(p["text"])
         if p["source"] in FOLLOW_UPS or key in seen:
             continue
         seen.add(key)
-        split = ("heldout-mtbench" if p["source"] == HELDOUT_FIRST_TURNS else
-                 "heldout-human" if p["source"] in EVAL_ONLY or is_heldout(p["text"]) else "train")
-        splits[split].append(p["text"])
-    return splits
+        if p["source"] == HELDOUT_FIRST_TURNS:
+            splits["heldout-mtbench"].append(p["text"])
+        elif p["source"] in EVAL_ONLY or is_heldout(p["text"]):
+            splits["heldout-human"].append(p["text"])
+        else:
+            train.setdefault(p["source"], []).append(p["text"])
+    return {"train": in_turn(list(train.values())), **splits}
+
+
+def in_turn(groups: list[list[str]]) -> list[str]:
+    """The first item of every group, then the second of every group, and so on (groups that run out drop out)."""
+    return [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
