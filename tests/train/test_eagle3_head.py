@@ -169,3 +169,20 @@ def test_a_wsd_run_trained_longer_then_decayed_equals_one_run_and_a_warm_start_k
     warm = train_head(target, tmp_path / "warm", "--init", one["head"], "--steps", "2")
     assert warm["init"] == one["head"] and warm["draft_vocab"] == one["draft_vocab"]
     assert torch.equal(head_weights(warm)["d2t"], a["d2t"])  # the warm head keeps the draft vocabulary it started with
+
+
+def test_a_bfloat16_verifiers_features_are_cached_in_bfloat16_and_read_back_mapped(ckpt_root, tmp_path):
+    from safetensors import safe_open
+
+    verifier = load_model(write_checkpoint(ckpt_root / "bf16_feature_v", "llama_gqa", seed=3), 64, torch.bfloat16)
+    verifier.feature_layers = (0, 1, 1)
+    samples = [Sample([5, 9, 2, 7, 1, 3], 3, None, None), Sample([4, 4, 8, 2, 6], 2, None, None)]
+    computed = features.extract(verifier, samples)
+    mapped = features.cached_extract(verifier, samples, "v:bfloat16", tmp_path)
+    (path,) = tmp_path.glob("features-*.safetensors")
+    with safe_open(str(path), "pt") as f:
+        assert f.get_slice("features").get_dtype() == "BF16" and f.get_slice("final").get_dtype() == "BF16"
+    assert all(isinstance(m, features.MappedConversation) for m in mapped)
+    for a, b in zip(computed, mapped, strict=True):
+        assert len(a) == len(b) and a.loss_from == b.loss_from
+        assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in features.FIELDS)

@@ -38,7 +38,7 @@ import torch
 
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import LlamaGraph
-from .features import ConversationFeatures, cached_extract, verifier_digest
+from .features import Conversation, cached_extract, verifier_digest
 from .loop import bf16_autocast_pays, distill_steps, length_bucketed_indices, lr_at, make_optimizer, wsd_lr_at
 from .presets import (
     CACHE,
@@ -104,7 +104,7 @@ def budget_prefixes(parts: tuple[list[Sample], ...], budget: int | None) -> tupl
 
 
 def training_sequences(verifier: LlamaGraph, generated: list[Sample], reference: list[Sample], verifier_id: str,
-                       cache_dir: Path, keep: tuple[int, int]) -> list[ConversationFeatures]:
+                       cache_dir: Path, keep: tuple[int, int]) -> list[Conversation]:
     """The features of both kinds of training conversation (read back where cached, all of them: every budget
     of a scaling curve shares one cache), cut to the `keep` leading ones of each; the verifier's own answers
     count twice."""
@@ -129,24 +129,27 @@ def draft_vocabulary(samples: list[Sample], size: int, vocab: int) -> torch.Tens
     return order[:size].sort().values
 
 
-def collate(seqs: list[ConversationFeatures], draft_ids: torch.Tensor, t2d: torch.Tensor,
+def collate(seqs: list[Conversation], draft_ids: torch.Tensor, t2d: torch.Tensor,
             lm_rows: torch.Tensor) -> TTTBatch:
     """Conversations padded to the longest -> a TTTBatch whose target log-probs are computed on the answer rows only."""
-    T, B = max(len(s.tokens) for s in seqs), len(seqs)
+    T, B = max(map(len, seqs)), len(seqs)
     tokens = torch.zeros(B, T, dtype=torch.long)
-    feats = torch.zeros(B, T, seqs[0].features.shape[1], dtype=seqs[0].features.dtype)
+    feats = torch.zeros(B, T, seqs[0].features.shape[1])
+    finals, bests = [], []
     for b, s in enumerate(seqs):
-        tokens[b, :len(s.tokens)], feats[b, :len(s.tokens)] = s.tokens, s.features
-    positions = torch.cat([torch.arange(s.loss_from, len(s.tokens)) for s in seqs])  # [N]
-    rows = torch.cat([b * T + torch.arange(s.loss_from, len(s.tokens)) for b, s in enumerate(seqs)])
-    final = torch.cat([s.final[s.loss_from:] for s in seqs]).float()  # [N, H]
-    best = t2d[torch.cat([s.best[s.loss_from:] for s in seqs])]  # -1 where the verifier's choice is outside
+        tokens[b, :len(s)], feats[b, :len(s)] = s.tokens, s.features
+        finals.append(s.final[s.loss_from:])
+        bests.append(s.best[s.loss_from:])
+    positions = torch.cat([torch.arange(s.loss_from, len(s)) for s in seqs])  # [N]
+    rows = torch.cat([b * T + torch.arange(s.loss_from, len(s)) for b, s in enumerate(seqs)])
+    final = torch.cat(finals).float()  # [N, H]
+    best = t2d[torch.cat(bests)]  # -1 where the verifier's choice is outside
     with torch.no_grad():
         target = torch.log_softmax(final @ lm_rows.T, -1)  # [N, Vd]
-    return TTTBatch(tokens, feats.float(), rows, positions, target, best)
+    return TTTBatch(tokens, feats, rows, positions, target, best)
 
 
-def evaluate(head: Eagle3Graph, seqs: list[ConversationFeatures], unroll: int, draft_ids: torch.Tensor,
+def evaluate(head: Eagle3Graph, seqs: list[Conversation], unroll: int, draft_ids: torch.Tensor,
              t2d: torch.Tensor, lm_rows: torch.Tensor, batch: int) -> list[float]:
     """Held-out top-1 agreement with the verifier per unroll position, over every answer row (rows whose verifier
     token is outside the draft vocabulary count as misses)."""
@@ -169,12 +172,12 @@ def schedule(preset: Eagle3Preset, args: argparse.Namespace) -> tuple[int, Calla
     return preset.steps + (args.decay or 0), lambda s: wsd_lr_at(s, preset.train, decay_from, args.decay or 0)
 
 
-def train(head: Eagle3Graph, seqs: list[ConversationFeatures], preset: Eagle3Preset, tables: Tables,
+def train(head: Eagle3Graph, seqs: list[Conversation], preset: Eagle3Preset, tables: Tables,
           state_dir: Path, args: argparse.Namespace, recipe: dict, bf16: bool) -> dict:
     """The training-time test over the feature sequences, in batches of similar lengths, to the schedule's last step
     (resumable from a state of the same `recipe`), under bfloat16 autocast where `bf16` (float32 weights, moments
     and loss); the verifier's embedding stays frozen."""
-    lengths = tuple(len(s.tokens) for s in seqs)
+    lengths = tuple(map(len, seqs))
 
     def step(meta: dict):
         idx = length_bucketed_indices(lengths, args.seed, meta["step"], preset.train.batch_size)
@@ -383,7 +386,7 @@ def run_recipe(args: argparse.Namespace, keep: tuple[int, int], tables: Tables, 
     return recipe
 
 
-def heldout_summary(head: Eagle3Graph, held: dict[str, list[ConversationFeatures]], preset: Eagle3Preset,
+def heldout_summary(head: Eagle3Graph, held: dict[str, list[Conversation]], preset: Eagle3Preset,
                     tables: Tables) -> dict:
     """Held-out agreement per unroll position for every held-out split (out-of-vocabulary rows count as misses),
     and the chain acceptance length the "heldout" split's curve implies."""

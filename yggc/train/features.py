@@ -5,7 +5,9 @@ AVX512-BF16 or AMX).
 
 The cache is one safetensors file per set of conversations, named by the sha256 of what determines its contents
 (the verifier's config and weights files, the conversations' token ids and where their answers start), written
-atomically; stored in float32 (a bfloat16 verifier's features cast up), so a run reading it trains exactly as one that computed it.
+atomically. Features are stored in the dtype the verifier computed them in (bfloat16 ones as bfloat16: half the
+bytes, the same values), and read back a conversation at a time from the memory-mapped file (MappedConversation),
+so a run's memory holds the batches it trains on rather than every conversation's features.
 """
 from __future__ import annotations
 
@@ -28,10 +30,43 @@ class ConversationFeatures:
     """One conversation as the head trains on it: row p pairs the verifier's feature g_p with x_{p+1}."""
 
     tokens: torch.Tensor    # [T] long: x_{p+1}
-    features: torch.Tensor  # [T, F] float32: g_p
-    final: torch.Tensor     # [T, H] float32: the verifier's final hidden state at p + 1
+    features: torch.Tensor  # [T, F] the verifier's dtype: g_p
+    final: torch.Tensor     # [T, H] the verifier's dtype: the verifier's final hidden state at p + 1
     best: torch.Tensor      # [T] long: the verifier's argmax at p + 1 (a verifier token id)
     loss_from: int          # rows p >= loss_from predict answer tokens
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class MappedConversation:
+    """A ConversationFeatures whose tensors are read from the cache file when asked for (rows a..b of each field)."""
+
+    def __init__(self, file: object, rows: tuple[int, int], loss_from: int):
+        self._file, self._rows, self.loss_from = file, rows, loss_from
+
+    def __len__(self) -> int:
+        return self._rows[1] - self._rows[0]
+
+    def _field(self, name: str) -> torch.Tensor:
+        return self._file.get_slice(name)[self._rows[0]:self._rows[1]]
+
+    tokens = property(lambda self: self._field("tokens"))
+    features = property(lambda self: self._field("features"))
+    final = property(lambda self: self._field("final"))
+    best = property(lambda self: self._field("best"))
+
+
+Conversation = ConversationFeatures | MappedConversation
+
+
+def mapped_conversations(path: Path) -> list[MappedConversation]:
+    """The conversations of a cache file, each read from the memory-mapped file when used."""
+    from safetensors import safe_open
+
+    file = safe_open(str(path), "pt")
+    ends, starts = file.get_tensor("offsets").tolist(), file.get_tensor("loss_from").tolist()
+    return [MappedConversation(file, (a, b), int(start)) for a, b, start in zip(ends, ends[1:], starts, strict=False)]
 
 
 def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFeatures]:
@@ -42,8 +77,8 @@ def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFea
             ids = torch.tensor(s.ids)
             pos = torch.arange(len(s.ids))
             logits, final, taps = verifier.run_layers(ids, pos, pos, pos[None, :] <= pos[:, None])
-            feats = torch.cat(taps, -1).float()
-            out.append(ConversationFeatures(ids[1:], feats[:-1], final[1:].float(), logits[1:].argmax(-1),
+            feats = torch.cat(taps, -1)
+            out.append(ConversationFeatures(ids[1:], feats[:-1], final[1:], logits[1:].argmax(-1),
                                             max(0, s.answer_start - 2)))
     return out
 
@@ -65,25 +100,21 @@ def cache_key(verifier_id: str, samples: list[Sample]) -> str:
 
 
 def cached_extract(verifier: LlamaGraph, samples: list[Sample], verifier_id: str, cache_dir: Path
-                   ) -> list[ConversationFeatures]:
-    """extract(), read back from cache_dir where an earlier run wrote the same conversations' features
-    (verifier_id: verifier_digest of the verifier's folder)."""
-    from safetensors.torch import load_file, save_file
+                   ) -> list[MappedConversation]:
+    """extract()'s conversations, written to cache_dir once (verifier_id: verifier_digest of the verifier's folder)
+    and read from there, memory-mapped, by this run and every later one."""
+    from safetensors.torch import save_file
 
     if not samples:
         return []
     path = cache_dir / f"features-{cache_key(verifier_id, samples)[:32]}.safetensors"
-    if path.is_file():
-        flat = load_file(str(path))
-        ends = flat["offsets"].tolist()
-        return [ConversationFeatures(*(flat[k][a:b] for k in FIELDS), int(start))
-                for a, b, start in zip(ends, ends[1:], flat["loss_from"].tolist(), strict=False)]
-    seqs = extract(verifier, samples)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    lengths = torch.tensor([0] + [len(s.tokens) for s in seqs])
-    flat = {k: torch.cat([getattr(s, k) for s in seqs]) for k in FIELDS}
-    flat |= {"offsets": lengths.cumsum(0), "loss_from": torch.tensor([s.loss_from for s in seqs])}
-    tmp = path.with_suffix(".tmp")
-    save_file({k: v.contiguous() for k, v in flat.items()}, str(tmp))
-    tmp.rename(path)
-    return seqs
+    if not path.is_file():
+        seqs = extract(verifier, samples)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        lengths = torch.tensor([0] + [len(s.tokens) for s in seqs])
+        flat = {k: torch.cat([getattr(s, k) for s in seqs]) for k in FIELDS}
+        flat |= {"offsets": lengths.cumsum(0), "loss_from": torch.tensor([s.loss_from for s in seqs])}
+        tmp = path.with_suffix(".tmp")
+        save_file({k: v.contiguous() for k, v in flat.items()}, str(tmp))
+        tmp.rename(path)
+    return mapped_conversations(path)
