@@ -155,7 +155,7 @@ def test_a_paused_job_saves_its_state_and_waits_until_the_flag_is_removed(tmp_pa
 def test_decay_without_the_wsd_schedule_is_one_clear_error():
     from yggc.errors import YggcError
 
-    args = SimpleNamespace(decay=10, schedule="cosine", preset="tiny", steps=None, draft_vocab=None, unroll=None,
+    args = SimpleNamespace(decay=10, schedule="cosine", preset="tiny", steps=None, draft_vocab=None, unroll=None, lr=None,
                            reference=None)
     with pytest.raises(YggcError, match="--decay goes with --schedule wsd"):
         eagle3_head.run_preset(args)

@@ -163,6 +163,8 @@ def add_eagle3_parser(jobs: Jobs) -> None:
     p.add_argument("--campaign", type=Path, metavar="DIR",
                    help="keep the answers and the best head in DIR (a folder to commit) and continue from them on any "
                         "machine: answers found there are not generated again, its head is the warm start")
+    p.add_argument("--lr", type=float, metavar="LR", help="peak learning rate (default: the preset's; lower it for "
+                   "a warm start)")
     p.add_argument("--schedule", choices=["cosine", "wsd"], default="cosine",
                    help="learning rate: warmup then cosine to --steps (default), or warmup-stable-decay: the peak "
                         "rate to --steps, which a later run may raise to train longer, then --decay steps of decay")

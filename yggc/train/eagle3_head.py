@@ -274,7 +274,7 @@ def run_preset(args: argparse.Namespace) -> Eagle3Preset:
         raise YggcError("--decay goes with --schedule wsd (the cosine schedule decays to --steps by itself)")
     preset = preset_named(args.preset, EAGLE3_PRESETS)
     return replace(preset, steps=args.steps or preset.steps, draft_vocab=args.draft_vocab or preset.draft_vocab,
-                   unroll=args.unroll or preset.unroll,
+                   unroll=args.unroll or preset.unroll, train=replace(preset.train, lr=args.lr or preset.train.lr),
                    reference=preset.reference if args.reference is None else args.reference)
 
 
