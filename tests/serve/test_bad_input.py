@@ -82,7 +82,7 @@ def test_the_openai_client_raises_its_own_errors(live, monkeypatch):
 
 def test_api_key_and_full_queue(demo_runtime):
     """A server with a key and a one-request queue: 401 without the key; with the Runtime held by another
-    thread, one request decodes (waiting for it), one waits in the queue, the third gets 429."""
+    thread, one request decodes (waiting for it), one waits in the queue, the third gets 429 with Retry-After."""
     from yggc.serve.settings import ServeSettings
 
     server, stop = start(demo_runtime, ServeSettings(MODEL, api_key="sekret", queue_size=1))
@@ -101,8 +101,9 @@ def test_api_key_and_full_queue(demo_runtime):
         wait_for(lambda: worker.current is not None)
         threads[1].start()
         wait_for(lambda: worker.depth == 1)
-        with pytest.raises(openai.RateLimitError, match="queue is full"):
+        with pytest.raises(openai.RateLimitError, match="queue is full") as refused:
             client.completions.create(model=MODEL, prompt="def", max_tokens=4)
+        assert refused.value.response.headers["retry-after"] == "1"  # which OpenAI's client waits for
         held.close()
         for t in threads:
             t.join(60)

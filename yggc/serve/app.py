@@ -39,7 +39,7 @@ POLL_S = 0.1  # while waiting for the decoder, how often to look for a client th
 
 
 def error_response(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
 def prepare(runtime: Runtime, settings: ServeSettings, body: bytes,
@@ -166,7 +166,7 @@ def create_app(runtime: Runtime, settings: ServeSettings) -> FastAPI:
     async def complete(request: Request, chat: bool) -> Response:
         check_auth(request, settings.api_key)
         check_json_type(request)
-        body = await read_body(request, settings.max_body_bytes(max_seq))
+        body = await read_body(request, settings.max_body_bytes(max_seq), settings.limits.body_timeout_s)
         req, ids, constraint = await asyncio.to_thread(prepare, runtime, settings, body, chat)
         default = max_seq - len(ids) if chat else TEXT_DEFAULT_MAX_TOKENS
         sampling = dataclasses.replace(req.sampling, max_tokens=req.sampling.max_tokens or default)

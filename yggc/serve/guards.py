@@ -12,6 +12,7 @@ every address (--host 0.0.0.0), where any machine of the network may use it by c
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 
@@ -74,20 +75,26 @@ def too_large(size: str, limit: int) -> ApiError:
                     code="request_too_large")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, read as it arrives: 413 as soon as it passes `limit` bytes (declared or not)."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, read as it arrives: 413 as soon as it passes `limit` bytes (declared or not), 408 (and the
+    connection closed) if it has not all arrived `timeout_s` seconds after its head."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_large(declared, limit)
     chunks, size = [], 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large(f"more than {limit}", limit)
-            chunks.append(chunk)
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(f"more than {limit}", limit)
+                chunks.append(chunk)
     except ClientDisconnect:
         raise ApiError(400, "the client went away before sending the whole body", code="invalid_json") from None
+    except TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s ({size} bytes came); send it "
+                       "whole (yggc serve --body-timeout)", code="request_timeout",
+                       headers={"Connection": "close"}) from None
     return b"".join(chunks)
 
 

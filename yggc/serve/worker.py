@@ -24,6 +24,9 @@ from .stop import TextStream
 from .wire import content_logprobs
 
 log = logging.getLogger("yggc.serve")
+# a 429's Retry-After: a place frees when the decoding request ends, at no time the server can tell; OpenAI's
+# client waits this long, then backs off on its own
+RETRY_AFTER_S = 1
 
 
 def shutting_down(message: str = "the server is shutting down; retry later") -> ApiError:
@@ -72,7 +75,8 @@ class DecodeWorker:
         except queue.Full:
             self.metrics.reject()
             raise ApiError(429, f"the server's queue is full ({self.queue_size} requests waiting); retry later",
-                           type="requests", code="rate_limit_exceeded") from None
+                           type="requests", code="rate_limit_exceeded",
+                           headers={"Retry-After": str(RETRY_AFTER_S)}) from None
 
     def refuse_waiting(self) -> None:
         """Shutting down: take no more jobs and answer every waiting one 503 now."""
