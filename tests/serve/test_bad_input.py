@@ -80,6 +80,36 @@ def test_the_openai_client_raises_its_own_errors(live, monkeypatch):
         client.chat.completions.create(model=MODEL, messages=CHAT["messages"])
 
 
+ALTERNATIVES = 3000  # more than llguidance's 2,000 items in a parser row, which fails only once tokens come
+OVERSIZE = [("completions", {**OK, "grammar": "root ::= " + " | ".join(f'"{i}"' for i in range(ALTERNATIVES))},
+             "grammar"),
+            ("chat/completions", {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                "anyOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]}
+                          for i in range(ALTERNATIVES)]}}}}, "response_format")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path, body, param", OVERSIZE, ids=["gbnf", "json_schema"])
+def test_a_grammar_too_large_is_a_400_before_any_token(live, path, body, param, stream):
+    with httpx.stream("POST", f"{live.url}/v1/{path}", json={**body, "stream": stream}, timeout=60) as r:
+        r.read()
+    assert_openai_error(r, 400, "invalid_value", param)
+    assert "too large to follow" in r.json()["error"]["message"]
+
+
+def test_a_grammar_that_fails_while_decoding_names_its_field(live, monkeypatch):
+    """What the probe cannot find (a limit passed many tokens in) still names the grammar's field."""
+    from yggc.runtime.constraint import Constraint, GrammarError
+
+    def fail(self, tokens):
+        raise GrammarError("the grammar could not go on after token 1 (Parser Error); simplify the grammar")
+
+    monkeypatch.setattr(Constraint, "commit", fail)
+    r = httpx.post(f"{live.url}/v1/completions", json={**OK, "grammar": 'root ::= "yes" | "no"'}, timeout=60)
+    assert_openai_error(r, 400, None, "grammar")
+    assert "could not go on" in r.json()["error"]["message"]
+
+
 def test_api_key_and_full_queue(demo_runtime):
     """A server with a key and a one-request queue: 401 without the key; with the Runtime held by another
     thread, one request decodes (waiting for it), one waits in the queue, the third gets 429 with Retry-After."""

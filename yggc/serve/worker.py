@@ -14,6 +14,7 @@ import threading
 import time
 
 from ..errors import YggcError
+from ..runtime.constraint import GrammarError
 from ..runtime.drafters.suffix_branches import SuffixBranches
 from ..runtime.runtime import Runtime
 from .api_errors import ApiError
@@ -116,7 +117,8 @@ class DecodeWorker:
                 self.run(job)
             except YggcError as e:  # bad input the HTTP side could not see (it checks what it can)
                 self.metrics.record("failed", len(job.prompt_ids), 0, None, None, [])
-                job.emit(Failed(ApiError(400, str(e))))
+                param = job.grammar_param if isinstance(e, GrammarError) else None
+                job.emit(Failed(ApiError(400, str(e), param=param)))
             except Exception as e:
                 log.exception("decoding failed")
                 self.metrics.record("failed", len(job.prompt_ids), 0, None, None, [])
