@@ -80,6 +80,13 @@ def test_the_openai_client_raises_its_own_errors(live, monkeypatch):
         client.chat.completions.create(model=MODEL, messages=CHAT["messages"])
 
 
+@pytest.mark.parametrize("text", [r"\ud800", r"a\ud800b", r"\udc00", r"\ud800\u0041"])
+def test_a_lone_surrogate_is_named(live, text):
+    r = httpx.post(f"{live.url}/v1/completions", content=f'{{"model": "{MODEL}", "prompt": "{text}"}}', headers=JSON)
+    assert_openai_error(r, 400, "invalid_json")
+    assert r.json()["error"]["message"].startswith("the request body holds a lone UTF-16 surrogate at line 1 column ")
+
+
 ALTERNATIVES = 3000  # more than llguidance's 2,000 items in a parser row, which fails only once tokens come
 OVERSIZE = [("completions", {**OK, "grammar": "root ::= " + " | ".join(f'"{i}"' for i in range(ALTERNATIVES))},
              "grammar"),

@@ -104,5 +104,15 @@ def parse_json(body: bytes) -> object:
     try:
         return from_json(body)
     except ValueError as e:
-        why = "nests arrays and objects too deep" if "recursion limit" in str(e) else "is not valid JSON"
-        raise ApiError(400, f"the request body {why} ({e})", code="invalid_json") from None
+        raise ApiError(400, f"the request body {json_fault(str(e))}", code="invalid_json") from None
+
+
+def json_fault(error: str) -> str:
+    """What is wrong with a body, from pydantic-core's error ("unexpected end of hex escape at line 1 column 14")."""
+    if "recursion limit" in error:
+        return f"nests arrays and objects too deep ({error})"
+    at = error[error.rfind(" at line "):] if " at line " in error else ""
+    if "surrogate" in error or "end of hex escape" in error:  # serde_json's words for an unpaired \ud800-\udfff
+        return (f"holds a lone UTF-16 surrogate{at}: a \\u escape in d800-dfff is half a character, valid only as a "
+                "high (d800-dbff) then low (dc00-dfff) pair; send the text as UTF-8 or escape whole pairs")
+    return f"is not valid JSON ({error})"
