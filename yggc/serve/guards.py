@@ -81,21 +81,26 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_large(declared, limit)
-    chunks, size = [], 0
+    chunks: list[bytes] = []
     try:
-        async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise too_large(f"more than {limit}", limit)
-                chunks.append(chunk)
+        await asyncio.wait_for(read_chunks(request, limit, chunks), timeout_s)  # asyncio.timeout needs Python 3.11
     except ClientDisconnect:
         raise ApiError(400, "the client went away before sending the whole body", code="invalid_json") from None
-    except TimeoutError:
-        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s ({size} bytes came); send it "
-                       "whole (yggc serve --body-timeout)", code="request_timeout",
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s ({sum(map(len, chunks))} bytes "
+                       "came); send it whole (yggc serve --body-timeout)", code="request_timeout",
                        headers={"Connection": "close"}) from None
     return b"".join(chunks)
+
+
+async def read_chunks(request: Request, limit: int, chunks: list[bytes]) -> None:
+    """Append the body's chunks to `chunks` as they arrive; 413 past `limit` bytes."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"more than {limit}", limit)
+        chunks.append(chunk)
 
 
 def parse_json(body: bytes) -> object:
