@@ -19,7 +19,9 @@ def test_flags_and_defaults():
     assert (args.host, args.port, args.queue, args.api_key, args.alias) == ("127.0.0.1", 8080, 8, None, None)
     args = build_parser().parse_args(["serve", "b", "--port", "0", "--queue", "2", "--api-key", "k", "-a", "m"])
     assert (args.port, args.queue, args.api_key, args.alias) == (0, 2, "k", "m")
-    for bad in (["--port", "70000"], ["--queue", "0"]):
+    assert (args.header_timeout, args.body_timeout) == (10.0, 30.0)
+    for bad in (["--port", "70000"], ["--queue", "0"], ["--header-timeout", "0"], ["--body-timeout", "-1"],
+                ["--body-timeout", "inf"], ["--header-timeout", "x"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", "b", *bad])
 
@@ -35,6 +37,21 @@ def test_missing_bundle_is_one_line(capsys, tmp_path):
     pytest.importorskip("fastapi")
     code, _, err = run(capsys, "serve", str(tmp_path / "nope"))
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags, env", [(["--api-key", ""], {}), ([], {"YGGC_API_KEY": ""}),
+                                       (["--api-key", " "], {"YGGC_API_KEY": "k"}), (["--api-key", ""], {"YGGC_API_KEY": "k"})])
+def test_an_empty_api_key_is_refused_before_the_bundle_loads(capsys, monkeypatch, tmp_path, flags, env):
+    """An empty key would turn authentication off without a word (issue 82): one line, exit 2."""
+    pytest.importorskip("fastapi")
+    from yggc.runtime.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "load", classmethod(lambda cls, path: pytest.fail("the bundle was loaded")))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, out, err = run(capsys, "serve", str(tmp_path), *flags)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert "the API key is empty" in err and "unset YGGC_API_KEY" in err
 
 
 @pytest.fixture
@@ -69,9 +86,12 @@ def test_serve_starts_quiet_uvicorn_with_one_startup_line(capsys, fake_load, mon
         sockets[0].close()
 
     monkeypatch.setattr(uvicorn.Server, "run", fake_run)
-    code, out, err = run(capsys, "serve", str(fake_load), "--port", "0", "--api-key", "k")
+    code, out, err = run(capsys, "serve", str(fake_load), "--port", "0", "--api-key", "k", "--header-timeout", "2.5",
+                         "--body-timeout", "7")
     config = started["config"]
     assert code == 0 and out == "" and config.access_log is False and config.log_level == "warning"
+    limits = config.http.keywords["limits"]  # uvicorn's h11 with the request limits (yggc.serve.protocol)
+    assert (limits.header_timeout_s, limits.body_timeout_s, limits.max_url_bytes) == (2.5, 7.0, 8192)
     lines = [line for line in err.splitlines() if not line.startswith("yggc: warning:")]  # a busy machine's
     assert lines == ["yggc: serving 'demo.bundle' (greedy: tree D=3 W=2 V=5 + suffix branches; T > 0: tree D=3 W=2 "
                      f"V=5, the greedy plan's, unpriced) at http://127.0.0.1:{started['port']}/v1 (queue 8, API key "

@@ -17,7 +17,7 @@ from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.constraint import GrammarCompiler, GrammarSpec
+from yggc.runtime.constraint import GrammarCompiler, GrammarError, GrammarSpec, allowed_by
 from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams, target_probs
@@ -149,3 +149,19 @@ def test_a_bad_grammar_is_one_error_line(models, spec, message):
     with pytest.raises(YggcError) as e:
         compiler.constraint(spec)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_a_grammar_past_the_parser_limits_is_refused_when_made(models):
+    """llguidance compiles lazily: 3,000 alternatives in one rule pass LLMatcher and fail at the first token
+    (more than 2,000 items in a parser row). The probe finds it before any token, and leaves a grammar that
+    passes where it was."""
+    compiler = models[3]
+    with pytest.raises(GrammarError) as e:
+        compiler.constraint(GrammarSpec("gbnf", "root ::= " + " | ".join(f'"{i}"' for i in range(3000))))
+    assert str(e.value).startswith("the gbnf is too large to follow (") and "\n" not in str(e.value)
+    assert "max is 2000" in str(e.value)
+    fine = GrammarSpec("gbnf", "root ::= " + " | ".join(f'"{i}"' for i in range(1000)))
+    probed = compiler.constraint(fine)
+    start = probed.matcher.deep_copy()
+    start.reset()
+    assert torch.equal(probed.allowed(), allowed_by(start, compiler.vocab)) and not probed.matcher.is_error()

@@ -25,11 +25,12 @@ def start(runtime, settings):
     import uvicorn
 
     from yggc.serve.app import create_app
+    from yggc.serve.server import uvicorn_config
 
     app = create_app(runtime, settings)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY, as yggc serve
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server = uvicorn.Server(uvicorn_config(app, settings))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.time() + 30
@@ -42,6 +43,21 @@ def start(runtime, settings):
         thread.join(10)
 
     return Live(f"http://127.0.0.1:{sock.getsockname()[1]}", app, runtime), stop
+
+
+def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One HTTP answer's head and its body (by its Content-Length) from a raw socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = sock.recv(65536)
+        assert got, f"the connection closed before an answer: {data!r}"
+        data += got
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+                 .split(b":")[1])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head, body
 
 
 def metric(text: str, name: str) -> float:

@@ -80,9 +80,46 @@ def test_the_openai_client_raises_its_own_errors(live, monkeypatch):
         client.chat.completions.create(model=MODEL, messages=CHAT["messages"])
 
 
+@pytest.mark.parametrize("text", [r"\ud800", r"a\ud800b", r"\udc00", r"\ud800\u0041"])
+def test_a_lone_surrogate_is_named(live, text):
+    r = httpx.post(f"{live.url}/v1/completions", content=f'{{"model": "{MODEL}", "prompt": "{text}"}}', headers=JSON)
+    assert_openai_error(r, 400, "invalid_json")
+    assert r.json()["error"]["message"].startswith("the request body holds a lone UTF-16 surrogate at line 1 column ")
+
+
+ALTERNATIVES = 3000  # more than llguidance's 2,000 items in a parser row, which fails only once tokens come
+OVERSIZE = [("completions", {**OK, "grammar": "root ::= " + " | ".join(f'"{i}"' for i in range(ALTERNATIVES))},
+             "grammar"),
+            ("chat/completions", {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                "anyOf": [{"type": "object", "properties": {f"k{i}": {"type": "integer"}}, "required": [f"k{i}"]}
+                          for i in range(ALTERNATIVES)]}}}}, "response_format")]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path, body, param", OVERSIZE, ids=["gbnf", "json_schema"])
+def test_a_grammar_too_large_is_a_400_before_any_token(live, path, body, param, stream):
+    with httpx.stream("POST", f"{live.url}/v1/{path}", json={**body, "stream": stream}, timeout=60) as r:
+        r.read()
+    assert_openai_error(r, 400, "invalid_value", param)
+    assert "too large to follow" in r.json()["error"]["message"]
+
+
+def test_a_grammar_that_fails_while_decoding_names_its_field(live, monkeypatch):
+    """What the probe cannot find (a limit passed many tokens in) still names the grammar's field."""
+    from yggc.runtime.constraint import Constraint, GrammarError
+
+    def fail(self, tokens):
+        raise GrammarError("the grammar could not go on after token 1 (Parser Error); simplify the grammar")
+
+    monkeypatch.setattr(Constraint, "commit", fail)
+    r = httpx.post(f"{live.url}/v1/completions", json={**OK, "grammar": 'root ::= "yes" | "no"'}, timeout=60)
+    assert_openai_error(r, 400, None, "grammar")
+    assert "could not go on" in r.json()["error"]["message"]
+
+
 def test_api_key_and_full_queue(demo_runtime):
     """A server with a key and a one-request queue: 401 without the key; with the Runtime held by another
-    thread, one request decodes (waiting for it), one waits in the queue, the third gets 429."""
+    thread, one request decodes (waiting for it), one waits in the queue, the third gets 429 with Retry-After."""
     from yggc.serve.settings import ServeSettings
 
     server, stop = start(demo_runtime, ServeSettings(MODEL, api_key="sekret", queue_size=1))
@@ -101,8 +138,9 @@ def test_api_key_and_full_queue(demo_runtime):
         wait_for(lambda: worker.current is not None)
         threads[1].start()
         wait_for(lambda: worker.depth == 1)
-        with pytest.raises(openai.RateLimitError, match="queue is full"):
+        with pytest.raises(openai.RateLimitError, match="queue is full") as refused:
             client.completions.create(model=MODEL, prompt="def", max_tokens=4)
+        assert refused.value.response.headers["retry-after"] == "1"  # which OpenAI's client waits for
         held.close()
         for t in threads:
             t.join(60)

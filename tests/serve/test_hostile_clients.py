@@ -8,8 +8,9 @@ import socket
 
 import httpx
 import pytest
-from live_server import MODEL, assert_openai_error, start
+from live_server import MODEL, assert_openai_error, read_response, start
 
+from yggc.errors import YggcError
 from yggc.serve.guards import allowed_hosts, host_name
 from yggc.serve.settings import ServeSettings
 
@@ -83,18 +84,6 @@ def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(live):
     assert json.loads(body)["error"]["code"] == "request_too_large"
 
 
-def read_response(sock: socket.socket) -> tuple[bytes, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
-                 .split(b":")[1])
-    while len(body) < length:
-        body += sock.recv(65536)
-    return head, body
-
-
 UNSUPPORTED = [  # (path, extra fields, the field the 400 names)
     ("completions", {"json_schema": {"type": "object"}}, "json_schema"),
     ("completions", {"guided_json": {"type": "object"}}, "guided_json"),
@@ -155,7 +144,8 @@ def test_the_hosts_a_keyless_server_answers():
     assert allowed_hosts(ServeSettings(MODEL, host="10.1.2.3")) == {"localhost", "127.0.0.1", "::1", "10.1.2.3"}
     assert allowed_hosts(ServeSettings(MODEL, host="0.0.0.0")) is None  # every address: the network by choice
     assert allowed_hosts(ServeSettings(MODEL, api_key="k")) is None
-    assert allowed_hosts(ServeSettings(MODEL, api_key="")) is not None and ServeSettings(MODEL, api_key="").api_key is None
+    with pytest.raises(YggcError, match="the API key is empty"):  # not "no key": that would fail open
+        ServeSettings(MODEL, api_key="")
 
 
 def test_with_a_key_the_host_is_not_checked(demo_runtime):

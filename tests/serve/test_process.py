@@ -1,5 +1,5 @@
 """`yggc serve` as its own process (serve_demo.py: the real CLI over the shipped demo pair): the shipped chat
-template answers chat, an empty YGGC_API_KEY is no key, and SIGTERM answers the queue 503 at once, stops
+template answers chat, no key is asked without YGGC_API_KEY and an empty one is refused, and SIGTERM answers the queue 503 at once, stops
 the decoding request after the grace with a clean end of stream, and exits 0 without a traceback."""
 import json
 import os
@@ -29,7 +29,8 @@ class Served:
         (bundle / "manifest.json").write_text("{}")
         self.proc = subprocess.Popen([sys.executable, str(SCRIPT), str(bundle), str(step_s), *flags],
                                      stderr=subprocess.PIPE, text=True, cwd=SCRIPT.parent,
-                                     env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+                                     env={**{k: v for k, v in os.environ.items() if k != "YGGC_API_KEY"},
+                                          "OMP_NUM_THREADS": "1", **(env or {})})
         self.err: list[str] = []
         self.ready = threading.Event()
         threading.Thread(target=self.read_stderr, daemon=True).start()
@@ -52,17 +53,27 @@ class Served:
 
 @pytest.fixture(scope="module")
 def keyless(tmp_path_factory):
-    """Started with YGGC_API_KEY set but empty."""
-    served = Served(tmp_path_factory.mktemp("keyless"), 0.0, env={"YGGC_API_KEY": ""})
+    """Started without YGGC_API_KEY and --api-key (an empty key is refused: tests/cli/test_serve.py)."""
+    served = Served(tmp_path_factory.mktemp("keyless"), 0.0)
     yield served
     served.stop()
 
 
-def test_an_empty_api_key_is_no_key(keyless):
+def test_without_a_key_none_is_asked(keyless):
     serving = [line for line in keyless.err if line.startswith("yggc: serving")]
     assert len(serving) == 1 and "API key" not in serving[0]
     r = httpx.get(f"{keyless.url}/v1/models", timeout=30)
     assert r.status_code == 200 and r.json()["data"][0]["id"] == "demo.bundle"
+
+
+def test_an_empty_api_key_is_refused_at_startup(tmp_path):
+    """YGGC_API_KEY= would have turned authentication off without a word (issue 82): one line, exit 2."""
+    (tmp_path / "manifest.json").write_text("{}")
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path), "0"], capture_output=True, text=True,
+                          cwd=SCRIPT.parent, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1", "YGGC_API_KEY": ""})
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("yggc: warning:")]
+    assert len(lines) == 1 and lines[0].startswith("yggc: error: the API key is empty"), done.stderr
 
 
 def test_the_shipped_demo_pair_answers_chat(keyless):

@@ -30,6 +30,17 @@ def probability(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    """A duration in seconds, above zero and finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value}")
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     return [t for t in text.replace(" ", "").split(",") if t]
 

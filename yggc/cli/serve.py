@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from .arg_types import whole_number
+from ..serve.settings import HttpLimits
+from .arg_types import seconds, whole_number
 
 MISSING_EXTRA = "yggc serve needs the serve extra: pip install 'yggc[serve]'"
 
@@ -23,15 +24,24 @@ def add_serve_parser(sub) -> None:
         "serve", help="serve a bundle over an OpenAI-compatible HTTP API",
         description="Serve a compiled bundle over HTTP with the OpenAI API: POST /v1/chat/completions and "
                     "/v1/completions (stream true/false), GET /v1/models, /health and /metrics (Prometheus). "
-                    "One request decodes at a time; the others wait in a FIFO queue (429 when it is full).")
+                    "One request decodes at a time; the others wait in a FIFO queue (429 when it is full). Every "
+                    "error is OpenAI's error JSON. A request's URL may hold 8 KiB (else 414), its request line and "
+                    "headers 16 KiB and 100 fields (else 431), its body 1 MiB or 32 bytes per context token, "
+                    "whichever is more (else 413).")
     p.add_argument("bundle", help="a bundle written by `yggc compile`")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=port_number, default=8080, help="port to listen on (default 8080; 0 = any free one)")
     p.add_argument("--api-key", metavar="KEY", default=os.environ.get("YGGC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/* (default: $YGGC_API_KEY, else no key; an "
-                        "empty key is no key). Without a key, requests must name this server in their Host header")
+                        "empty key is refused). Without a key, requests must name this server in their Host header")
     p.add_argument("--queue", type=whole_number(1), default=8,
                    help="requests that may wait while one decodes; more get 429 (default 8)")
+    p.add_argument("--header-timeout", metavar="S", type=seconds, default=HttpLimits.header_timeout_s,
+                   help="seconds a client has to send a request's line and headers, from its first byte (or the "
+                        f"answer before it); then 408 (default {HttpLimits.header_timeout_s:g})")
+    p.add_argument("--body-timeout", metavar="S", type=seconds, default=HttpLimits.body_timeout_s,
+                   help=f"seconds a client has to send a request's body after its headers; then 408 (default "
+                        f"{HttpLimits.body_timeout_s:g})")
     p.add_argument("-a", "--alias", metavar="NAME",
                    help="the model name clients send (default: the bundle folder's name)")
     p.add_argument("--suffix", action="store_true",
@@ -60,5 +70,7 @@ def serve_command(args: argparse.Namespace) -> int:
         print(f"yggc serve: --suffix drafts from the text alone, without the drafter; drop {flag}", file=sys.stderr)
         return 2
     set_threads(args.threads)
-    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix, suffix_choice(args))
+    limits = HttpLimits(header_timeout_s=args.header_timeout, body_timeout_s=args.body_timeout)
+    serve(args.bundle, args.host, args.port, args.api_key, args.queue, args.alias, args.suffix, suffix_choice(args),
+          limits)
     return 0

@@ -18,9 +18,15 @@ from ..errors import YggcError
 from ..tree.token_tree import TokenTree
 
 KINDS = ("json_schema", "json_object", "gbnf", "lark", "regex")
+# a new grammar is walked this many tokens in, trying this many of the tokens it allows at each step (probe)
+PROBE_STEPS, PROBE_WIDTH = 8, 64
 # JSON on one line, as json.dumps writes it: free whitespace lets a small model pad forever (a schema's
 # "x-guidance" options override this)
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class GrammarError(YggcError):
+    """A request's grammar cannot be followed: malformed, or past llguidance's parser limits on the way."""
 
 
 def llguidance():
@@ -71,11 +77,17 @@ class GrammarCompiler:
         self.lltok = llguidance().LLTokenizer(tokenizer.to_str(), n_vocab=vocab, eos_token=list(eos_ids))
 
     def constraint(self, spec: GrammarSpec) -> Constraint:
+        """A checked grammar state: compiled, then probed a few tokens in (GrammarError if either fails)."""
         matcher = llguidance().LLMatcher(self.lltok, spec.llguidance_grammar(), log_level=0)
+        kind = spec.kind.replace("_", " ")
         if matcher.is_error():
-            first = matcher.get_error().strip().splitlines()[0]
-            raise YggcError(f"the {spec.kind.replace('_', ' ')} is not a grammar yggc can follow: {first}")
-        return Constraint(matcher, self.vocab)
+            raise GrammarError(f"the {kind} is not a grammar yggc can follow: {first_line(matcher)}")
+        constraint = Constraint(matcher, self.vocab)
+        error = constraint.probe()
+        if error is not None:
+            raise GrammarError(f"the {kind} is too large to follow ({error}); give its largest choice fewer "
+                               "alternatives, or nest them")
+        return constraint
 
 
 class Constraint:
@@ -86,8 +98,25 @@ class Constraint:
 
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows after everything committed so far."""
-        bits = np.unpackbits(np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-        return torch.from_numpy(bits[: self.vocab].astype(bool))
+        return allowed_by(self.matcher, self.vocab)
+
+    def probe(self, steps: int = PROBE_STEPS, width: int = PROBE_WIDTH) -> str | None:
+        """Why the grammar fails within `steps` tokens, or None: on a copy of the state, try up to `width` of the
+        tokens allowed at each step, then go on with the first. llguidance compiles a grammar lazily, so one past
+        its parser limits (thousands of alternatives in one rule) fails only once tokens come; this finds the
+        common cases before a request is admitted. The state itself is untouched."""
+        matcher = self.matcher.deep_copy()
+        for _ in range(steps):
+            if matcher.is_stopped():
+                return None
+            tokens = allowed_by(matcher, self.vocab).nonzero().flatten()[:width].tolist()
+            for t in tokens:
+                matcher.rollback(matcher.try_consume_tokens([t]))
+                if matcher.is_error():
+                    return first_line(matcher)
+            if not tokens or not matcher.consume_token(tokens[0]):
+                return first_line(matcher) if matcher.is_error() else None
+        return None
 
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
         """logits [vocab] -> the same with every token the grammar forbids now at -inf."""
@@ -100,8 +129,8 @@ class Constraint:
             if self.matcher.is_stopped():
                 return
             if not self.matcher.consume_token(t):
-                error = self.matcher.get_error().strip().splitlines()[0]
-                raise YggcError(f"the grammar could not go on after token {t} ({error}); simplify the grammar")
+                raise GrammarError(f"the grammar could not go on after token {t} ({first_line(self.matcher)}); "
+                                   "simplify the grammar")
 
     def after(self, path: list[int]) -> torch.Tensor | None:
         """[vocab] bool: the tokens allowed after `path` (from the committed state); None if the grammar forbids
@@ -146,6 +175,17 @@ class Constraint:
         cum[:n] = torch.where(torch.tensor(ok), cum[:n], torch.tensor(float("-inf"), dtype=cum.dtype))
         return TokenTree(tree.tokens, tree.parents, tree.depth, cum, n)
 
+
+
+def allowed_by(matcher, vocab: int) -> torch.Tensor:
+    """[vocab] bool: the tokens an llguidance matcher allows next."""
+    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+    return torch.from_numpy(bits[:vocab].astype(bool))
+
+
+def first_line(matcher) -> str:
+    """The first line of an llguidance matcher's error (the rest dumps its parser state)."""
+    return matcher.get_error().strip().splitlines()[0]
 
 
 def path_to(i: int, tokens: list[int], parents: list[int]) -> list[int]:

@@ -39,7 +39,7 @@ POLL_S = 0.1  # while waiting for the decoder, how often to look for a client th
 
 
 def error_response(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
 def prepare(runtime: Runtime, settings: ServeSettings, body: bytes,
@@ -50,10 +50,10 @@ def prepare(runtime: Runtime, settings: ServeSettings, body: bytes,
     if req.model != settings.model_id:
         raise ApiError(404, f"the model {req.model[:80]!r} does not exist; this server serves "
                        f"{settings.model_id!r}", param="model", code="model_not_found")
-    try:
+    try:  # compiled and probed a few tokens in (constraint.py): a grammar too large is refused here, not mid-answer
         constraint = runtime.constraint(req.grammar) if req.grammar is not None else None
     except YggcError as e:
-        raise bad_param("grammar" if req.grammar.kind == "gbnf" else "response_format", str(e)) from None
+        raise bad_param(req.grammar_param, str(e)) from None
     return req, prompt_ids(runtime, req), constraint
 
 
@@ -166,11 +166,12 @@ def create_app(runtime: Runtime, settings: ServeSettings) -> FastAPI:
     async def complete(request: Request, chat: bool) -> Response:
         check_auth(request, settings.api_key)
         check_json_type(request)
-        body = await read_body(request, settings.max_body_bytes(max_seq))
+        body = await read_body(request, settings.max_body_bytes(max_seq), settings.limits.body_timeout_s)
         req, ids, constraint = await asyncio.to_thread(prepare, runtime, settings, body, chat)
         default = max_seq - len(ids) if chat else TEXT_DEFAULT_MAX_TOKENS
         sampling = dataclasses.replace(req.sampling, max_tokens=req.sampling.max_tokens or default)
-        job = Job(tuple(ids), sampling, asyncio.get_running_loop(), req.logprobs, req.cache_prompt, constraint)
+        job = Job(tuple(ids), sampling, asyncio.get_running_loop(), req.logprobs, req.cache_prompt, constraint,
+                  req.grammar_param)
         worker.submit(job)
         return await answer(job, request, req)
 

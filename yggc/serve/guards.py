@@ -12,6 +12,7 @@ every address (--host 0.0.0.0), where any machine of the network may use it by c
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import re
 
@@ -74,21 +75,32 @@ def too_large(size: str, limit: int) -> ApiError:
                     code="request_too_large")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, read as it arrives: 413 as soon as it passes `limit` bytes (declared or not)."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, read as it arrives: 413 as soon as it passes `limit` bytes (declared or not), 408 (and the
+    connection closed) if it has not all arrived `timeout_s` seconds after its head."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise too_large(declared, limit)
-    chunks, size = [], 0
+    chunks: list[bytes] = []
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large(f"more than {limit}", limit)
-            chunks.append(chunk)
+        await asyncio.wait_for(read_chunks(request, limit, chunks), timeout_s)  # asyncio.timeout needs Python 3.11
     except ClientDisconnect:
         raise ApiError(400, "the client went away before sending the whole body", code="invalid_json") from None
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {timeout_s:g} s ({sum(map(len, chunks))} bytes "
+                       "came); send it whole (yggc serve --body-timeout)", code="request_timeout",
+                       headers={"Connection": "close"}) from None
     return b"".join(chunks)
+
+
+async def read_chunks(request: Request, limit: int, chunks: list[bytes]) -> None:
+    """Append the body's chunks to `chunks` as they arrive; 413 past `limit` bytes."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(f"more than {limit}", limit)
+        chunks.append(chunk)
 
 
 def parse_json(body: bytes) -> object:
@@ -97,5 +109,15 @@ def parse_json(body: bytes) -> object:
     try:
         return from_json(body)
     except ValueError as e:
-        why = "nests arrays and objects too deep" if "recursion limit" in str(e) else "is not valid JSON"
-        raise ApiError(400, f"the request body {why} ({e})", code="invalid_json") from None
+        raise ApiError(400, f"the request body {json_fault(str(e))}", code="invalid_json") from None
+
+
+def json_fault(error: str) -> str:
+    """What is wrong with a body, from pydantic-core's error ("unexpected end of hex escape at line 1 column 14")."""
+    if "recursion limit" in error:
+        return f"nests arrays and objects too deep ({error})"
+    at = error[error.rfind(" at line "):] if " at line " in error else ""
+    if "surrogate" in error or "end of hex escape" in error:  # serde_json's words for an unpaired \ud800-\udfff
+        return (f"holds a lone UTF-16 surrogate{at}: a \\u escape in d800-dfff is half a character, valid only as a "
+                "high (d800-dbff) then low (dc00-dfff) pair; send the text as UTF-8 or escape whole pairs")
+    return f"is not valid JSON ({error})"

@@ -59,10 +59,11 @@ class Job:
     went away: nothing more is sent), abort(error) too, and then it ends with Failed(error)."""
 
     def __init__(self, prompt_ids: tuple[int, ...], sampling: Sampling, loop: asyncio.AbstractEventLoop,
-                 logprobs: int | None = None, cache_prompt: bool = True, constraint: Constraint | None = None):
+                 logprobs: int | None = None, cache_prompt: bool = True, constraint: Constraint | None = None,
+                 grammar_param: str | None = None):
         self.prompt_ids, self.sampling, self.loop = prompt_ids, sampling, loop
         self.logprobs, self.cache_prompt = logprobs, cache_prompt  # CompletionRequest's fields
-        self.constraint = constraint  # the request's grammar state, where it has one
+        self.constraint, self.grammar_param = constraint, grammar_param  # the grammar's state and request field
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.cancelled = threading.Event()
         self.abort_error: ApiError | None = None  # why the server stopped it (None: cancelled by its client)

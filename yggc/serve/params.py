@@ -70,6 +70,13 @@ class CompletionRequest:
     cache_prompt: bool = True                 # reuse the last request's K/V of the common prefix
     grammar: GrammarSpec | None = None        # response_format (json_object, json_schema) or grammar (GBNF)
 
+    @property
+    def grammar_param(self) -> str | None:
+        """The field the request's grammar came in, which its errors name."""
+        if self.grammar is None:
+            return None
+        return "grammar" if self.grammar.kind == "gbnf" else "response_format"
+
     def messages_as_dicts(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.content} for m in self.messages or ()]
 

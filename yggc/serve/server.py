@@ -7,6 +7,7 @@ ends with a 503 error event and [DONE]), and SIGTERM's exit status is 0.
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import socket
 import sys
@@ -19,7 +20,8 @@ import uvicorn  # the serve extra: yggc.cli.serve checks it is installed before 
 
 from ..errors import YggcError
 from ..runtime.runtime import Runtime
-from .settings import ServeSettings
+from .protocol import LimitedH11
+from .settings import HttpLimits, ServeSettings
 from .worker import DecodeWorker
 
 GRACE_S = 3.0  # how long the request decoding at SIGTERM may go on before it is stopped
@@ -76,21 +78,29 @@ class DrainingServer(uvicorn.Server):
             stop.cancel()
 
 
+def uvicorn_config(app, settings: ServeSettings, **kw) -> uvicorn.Config:
+    """uvicorn's settings for the app: h11 with the request limits (protocol.py), warnings and errors only, no
+    access log."""
+    return uvicorn.Config(app, http=functools.partial(LimitedH11, limits=settings.limits), log_level="warning",
+                          access_log=False, **kw)
+
+
 def serve(bundle: str | Path, host: str = "127.0.0.1", port: int = 8080, api_key: str | None = None,
           queue_size: int = 8, alias: str | None = None, suffix: bool = False,
-          suffix_branches: bool | None = None) -> None:
-    """Serve until SIGTERM or Ctrl-C. uvicorn logs warnings and errors only; no access log. suffix_branches: as
-    ServeSettings."""
+          suffix_branches: bool | None = None, limits: HttpLimits = HttpLimits()) -> None:
+    """Serve until SIGTERM or Ctrl-C. suffix_branches: as ServeSettings. The settings are checked (an empty
+    api_key is a YggcError) before the bundle loads."""
     from .app import create_app
 
-    runtime = Runtime.load(bundle)
     path = Path(bundle).resolve()
-    settings = ServeSettings(alias or path.name, api_key, queue_size, int((path / "manifest.json").stat().st_mtime),
-                             host, suffix, suffix_branches)
+    manifest = path / "manifest.json"
+    created = int(manifest.stat().st_mtime) if manifest.is_file() else 0  # a bundle without one: Runtime.load says so
+    settings = ServeSettings(alias or path.name, api_key, queue_size, created, host, suffix, suffix_branches, limits)
+    runtime = Runtime.load(bundle)
     app = create_app(runtime, settings)
     sock = bind(host, port)
     # uvicorn waits for the connections at most this long, past the grace given to the decoding request
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S + 2)
+    config = uvicorn_config(app, settings, timeout_graceful_shutdown=GRACE_S + 2)
     print(startup_line(settings, runtime, host, sock.getsockname()[1]), file=sys.stderr, flush=True)
     with sigterm_returns():
         DrainingServer(config, app.state.worker).run(sockets=[sock])

@@ -14,6 +14,7 @@ import threading
 import time
 
 from ..errors import YggcError
+from ..runtime.constraint import GrammarError
 from ..runtime.drafters.suffix_branches import SuffixBranches
 from ..runtime.runtime import Runtime
 from .api_errors import ApiError
@@ -24,6 +25,9 @@ from .stop import TextStream
 from .wire import content_logprobs
 
 log = logging.getLogger("yggc.serve")
+# a 429's Retry-After: a place frees when the decoding request ends, at no time the server can tell; OpenAI's
+# client waits this long, then backs off on its own
+RETRY_AFTER_S = 1
 
 
 def shutting_down(message: str = "the server is shutting down; retry later") -> ApiError:
@@ -72,7 +76,8 @@ class DecodeWorker:
         except queue.Full:
             self.metrics.reject()
             raise ApiError(429, f"the server's queue is full ({self.queue_size} requests waiting); retry later",
-                           type="requests", code="rate_limit_exceeded") from None
+                           type="requests", code="rate_limit_exceeded",
+                           headers={"Retry-After": str(RETRY_AFTER_S)}) from None
 
     def refuse_waiting(self) -> None:
         """Shutting down: take no more jobs and answer every waiting one 503 now."""
@@ -112,7 +117,8 @@ class DecodeWorker:
                 self.run(job)
             except YggcError as e:  # bad input the HTTP side could not see (it checks what it can)
                 self.metrics.record("failed", len(job.prompt_ids), 0, None, None, [])
-                job.emit(Failed(ApiError(400, str(e))))
+                param = job.grammar_param if isinstance(e, GrammarError) else None
+                job.emit(Failed(ApiError(400, str(e), param=param)))
             except Exception as e:
                 log.exception("decoding failed")
                 self.metrics.record("failed", len(job.prompt_ids), 0, None, None, [])
