@@ -1,5 +1,6 @@
 """The user docs stay true: every yggc command line in README.md parses with yggc's own parser, every tools/ script
-and docs page it names exists, it stays short, and no text in the project is a development diary."""
+and docs page that README.md, CHANGELOG.md and docs/ name exists, they stay short, every benchmark table says where,
+when, at which commit and by which command it was measured, and no text in the project is a development diary."""
 import re
 import shlex
 import subprocess
@@ -69,6 +70,33 @@ def test_every_script_and_page_the_readme_names_exists():
     links = set(re.findall(r"\]\(([^)#]+)\)", text))
     assert scripts and links
     assert sorted(p for p in scripts | links if not (ROOT / p).exists()) == []
+
+
+DOC_FILES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+NAMED_PATH = re.compile(r"(?<![\w./-])((?:tools|docs)/[\w./-]*\w)")  # tools/x.py, docs/benchmarks/ (not a/docs/b)
+
+
+def named_paths(text: str) -> set[str]:
+    """Every tools/... or docs/... path a text names (in a link, in code or in prose)."""
+    return set(NAMED_PATH.findall(text))
+
+
+def test_every_tools_and_docs_path_named_in_the_docs_exists():
+    """README.md, CHANGELOG.md and docs/ name only scripts and pages that exist (a retired script is named by its
+    file name and the commit that had it), and every relative link points at a file."""
+    missing = []
+    for doc in DOC_FILES:
+        text = doc.read_text()
+        missing += [f"{doc.relative_to(ROOT)}: {p}" for p in sorted(named_paths(text)) if not (ROOT / p).exists()]
+        links = re.findall(r"\]\(([^)#\s]+)", text)
+        missing += [f"{doc.relative_to(ROOT)}: link {t}" for t in links
+                    if not t.startswith(("http://", "https://", "mailto:")) and not (doc.parent / t).exists()]
+    assert missing == []
+
+
+def test_named_paths_are_found_in_prose_code_and_links_only_at_their_start():
+    text = "see `tools/bench_x.py --a`, [p](docs/benchmarks/moe.md), docs/gpu.md. Not yggc/docs/x.md or x-tools/y"
+    assert named_paths(text) == {"tools/bench_x.py", "docs/benchmarks/moe.md", "docs/gpu.md"}
 
 
 def test_the_readme_parser_sees_through_chains_substitutions_and_comments():
