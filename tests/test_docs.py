@@ -94,6 +94,14 @@ def test_every_tools_and_docs_path_named_in_the_docs_exists():
     assert missing == []
 
 
+def test_benchmark_pages_and_the_changelog_hold_todays_results_only():
+    """A new measurement replaces the old one (git keeps history): each benchmarks page at most 200 lines, the folder
+    at most 1,200, CHANGELOG.md (written for users) at most 200."""
+    pages = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "docs" / "benchmarks").glob("*.md")}
+    assert {name: n for name, n in pages.items() if n > 200} == {} and sum(pages.values()) <= 1200
+    assert len((ROOT / "CHANGELOG.md").read_text().splitlines()) <= 200
+
+
 def test_named_paths_are_found_in_prose_code_and_links_only_at_their_start():
     text = "see `tools/bench_x.py --a`, [p](docs/benchmarks/moe.md), docs/gpu.md. Not yggc/docs/x.md or x-tools/y"
     assert named_paths(text) == {"tools/bench_x.py", "docs/benchmarks/moe.md", "docs/gpu.md"}
