@@ -132,6 +132,33 @@ def test_no_development_diary_in_the_project():
     assert hits == []
 
 
+# a measured time or speed-up as code comments and docstrings quote one: "8.3 ms", "45 us", "1.5x faster", "68 GB/s"
+MEASURED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:\s?(?:ms|us|µs)\b|x (?:faster|slower|as fast|cheaper)|\s?GB/s"
+                      r"|% (?:faster|slower))")  # a number, not a name's digits (p90 ms)
+
+
+def test_no_code_comment_or_docstring_quotes_a_measured_time():
+    """The package's code says what it does and why it is shaped so, and links the benchmark page for the numbers,
+    which change with every measurement (tests/ and tools/ time things and are left out)."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "yggc", "passes", "graphs"], cwd=ROOT,
+                           capture_output=True, text=True)
+    if files.returncode != 0:
+        pytest.skip("not a git checkout")
+    hits = []
+    for name in files.stdout.split():
+        if name.endswith((".py", ".cpp", ".h", ".c")) and (ROOT / name).is_file():
+            for n, line in enumerate((ROOT / name).read_text(errors="replace").splitlines(), 1):
+                if MEASURED.search(line):
+                    hits.append(f"{name}:{n}: {line.strip()[:90]}")
+    assert hits == []
+
+
+def test_a_quoted_time_is_found_and_a_unit_in_code_is_not():
+    assert [bool(MEASURED.search(t)) for t in ("# 11.3-11.5 ms against 8.3 now", "(about 45 us)", "1.16x faster",
+                                               "at 68 GB/s", "5-14% faster", 'f"{ms:.2f} ms"', "timeout_ms = 5",
+                                               "TPOT p90 ms")] == [True] * 5 + [False] * 3
+
+
 def tables_with_context(page: str) -> list[tuple[str, str]]:
     """(first line of the table's section, the text that documents it): its own section plus the page's Setup."""
     sections = re.split(r"\n(?=#{2,4} )", page)

@@ -88,8 +88,8 @@ def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = 
 
 def device_scope(device: torch.device):
     """Where host-built tensors should be created: a torch.device context on an accelerator; none on the
-    CPU, where they go anyway (the context routes every torch call through a TorchFunctionMode, which
-    costs ~4 ms of host time per SmolLM2 tree iteration)."""
+    CPU, where they go anyway (the context routes every torch call through a TorchFunctionMode, a Python
+    call per torch op, which adds up to a large share of a tree iteration's host time)."""
     return nullcontext() if device.type == "cpu" else torch.device(device)
 
 
