@@ -30,17 +30,33 @@ def test_other_cores_are_busy_time_less_this_process_over_wall_time():
     assert CpuUse(2.0, 0.0, 0.6).busy and not CpuUse(2.0, 0.0, 0.5).busy  # 0.3 cores on average
 
 
+def use_beside(start, seconds: float) -> CpuUse | None:
+    """The CpuUse over `seconds` while what start() started runs (start returns the function that stops it)."""
+    stop = start()
+    try:
+        watch = cpu_use.CpuWatch()
+        time.sleep(seconds)
+        return watch.stop()
+    finally:
+        stop()
+
+
+def busy_process():
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.3)  # the loop is running
+    return lambda: (loop.kill(), loop.wait())
+
+
+def spinning_thread():
+    done = threading.Event()
+    spin = threading.Thread(target=lambda: any(iter(done.is_set, True)))  # calls is_set until it is True
+    spin.start()
+    return lambda: (done.set(), spin.join())
+
+
 @LINUX
 def test_a_busy_loop_beside_the_measurement_is_seen():
-    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)  # the loop is running
-        watch = cpu_use.CpuWatch()
-        time.sleep(1.5)
-        use = watch.stop()
-    finally:
-        loop.kill()
-        loop.wait()
+    use = use_beside(busy_process, 1.5)
     assert use is not None and use.other_cores >= 0.6 and use.own_s < 0.2
 
 
@@ -60,21 +76,7 @@ def test_the_warning_counts_other_programs_only():
 def test_this_process_busy_during_the_sample_is_not_counted(monkeypatch):
     """A thread of this process spinning through the sample (as a compile's threads would) lands in own_s, which
     other_cores leaves out; busy_warning judges a sample of the length it is given."""
-    stop = threading.Event()
-
-    def work():
-        while not stop.is_set():
-            pass
-
-    spin = threading.Thread(target=work)
-    spin.start()
-    try:
-        watch = cpu_use.CpuWatch()
-        time.sleep(0.5)
-        use = watch.stop()
-    finally:
-        stop.set()
-        spin.join()
+    use = use_beside(spinning_thread, 0.5)
     assert use is not None and use.own_s >= 0.1 and use.busy_s >= use.own_s - 0.05
     seen = []
     monkeypatch.setattr(cpu_use, "busy_line", lambda use, threads, cores: seen.append((use, threads)))
