@@ -14,7 +14,7 @@ PROC_STAT = Path("/proc/stat")
 BUSY_CORES = 0.3  # other programs taking this many cores' worth of time on average make a timing suspect
 # /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...; busy = all but idle and iowait
 BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
-SAMPLE_S = 0.25  # the start-up sample: 25 ticks of every core at Linux's 100 Hz
+SAMPLE_S = 0.2  # the start-up sample: 20 ticks of every core at Linux's 100 Hz
 SPARE_CORES = 0.5  # the threads may share this much of a core with others before the warning
 
 
@@ -78,7 +78,10 @@ def busy_line(use: CpuUse | None, threads: int, cores: int) -> str | None:
 
 
 def busy_warning(threads: int, sample_s: float = SAMPLE_S) -> str | None:
-    """A warning when other programs, sampled for `sample_s` now, leave fewer free cores than the threads need."""
+    """A warning when other programs, sampled for `sample_s` now, leave fewer free cores than the threads need (one
+    thread is never warned about, so it is not sampled)."""
+    if threads <= 1:
+        return None
     watch = CpuWatch()
     time.sleep(sample_s)
     return busy_line(watch.stop(), threads, os.cpu_count() or 1)
