@@ -204,8 +204,8 @@ def load_model(model_dir: str | Path, n_slots: int, dtype: torch.dtype = torch.f
 
 
 def materialize(model: torch.nn.Module, device: str | torch.device, parameters: bool = True) -> None:
-    """Give meta buffers (and parameters) uninitialised storage on `device` (Module.to_empty pulls in sympy:
-    ~1 s of imports)."""
+    """Give meta buffers (and parameters) uninitialised storage on `device` (Module.to_empty pulls in sympy,
+    a slow import on the way to the first token)."""
     for mod in model.modules():
         for name, p in mod._parameters.items():
             if parameters and p is not None and p.is_meta:

@@ -55,7 +55,7 @@ class Eagle3Graph(CacheOwner):
         self.mlp = GatedMLP(lc.hidden_size, lc.intermediate_size, lc.mlp_bias)
         self.norm = RMSNorm(H, lc.rms_norm_eps)
         self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
-        # draft id -> verifier id, set by the loader (an arange on the meta device would import sympy: 0.5 s of load)
+        # draft id -> verifier id, set by the loader (an arange on the meta device would import sympy, slowing the load)
         self.register_buffer("draft_ids", torch.empty(cfg.draft_vocab_size, dtype=torch.long), persistent=False)
         self.rope = RopeTable(lc.rope, n_slots, lc.head_dim, dtype)
         self.to(dtype)

@@ -94,8 +94,10 @@ def add_metadata(w: gguf.GGUFWriter, model_dir: Path, cfg: ModelConfig, qtype: Q
         w.add_bos_token_id(int(cfg.bos_token_id))
     if cfg.eos_token_ids:
         w.add_eos_token_id(cfg.eos_token_ids[0])
-    tok_cfg = model_dir / "tokenizer_config.json"
+    tok_cfg, jinja = model_dir / "tokenizer_config.json", model_dir / "chat_template.jinja"  # transformers 5: the latter
     template = json.loads(tok_cfg.read_text()).get("chat_template") if tok_cfg.is_file() else None
+    if not isinstance(template, str) and jinja.is_file():
+        template = jinja.read_text(encoding="utf-8")
     if isinstance(template, str):
         w.add_chat_template(template)
 

@@ -61,7 +61,7 @@ def realized(x: torch.Tensor) -> torch.Tensor:
     """x itself, but written to a contiguous buffer of its own when exported for Inductor (its
     force_stride_order prim). Inductor inlines a producer costing fewer ops than its realize threshold into
     the consumer's loops: unrealized, the RoPE'd queries are recomputed once per cache slot inside attention's
-    score loop (SmolLM2 bf16 on an AMX Xeon, 33 rows at 256 cached tokens: 48 ms per verify, 38 realized)."""
+    score loop, which made wide verifies on an AMX Xeon markedly slower (docs/benchmarks/cpu-verify-curve.md)."""
     if not torch.compiler.is_exporting():
         return x
     from torch._inductor import inductor_prims  # noqa: F401  (registers the prim)
@@ -142,7 +142,7 @@ class CacheOwner(nn.Module):
     """A graph whose attention layers own static KV caches: KV compaction for every graph kind."""
 
     def caches(self) -> list[KVCache]:
-        """Every layer's cache, found once (walking the modules on each compaction cost ~1 ms)."""
+        """Every layer's cache, found once (walking the modules on each compaction is costly host work)."""
         found = self.__dict__.get("_caches")
         if found is None:
             found = self.__dict__["_caches"] = [m for m in self.modules() if isinstance(m, KVCache)]
@@ -154,8 +154,8 @@ class CacheOwner(nn.Module):
 
     def pool_caches(self) -> None:
         """Every layer's K/V as views of one buffer [layers, 2, kv_heads, slots, head_dim], contents kept, so
-        KV compaction moves every layer's rows in one gather and one scatter (per layer, 4 ops x 30 layers
-        cost SmolLM2 ~0.5 ms per compaction). Caches of differing shapes, dtypes or devices stay apart."""
+        KV compaction moves every layer's rows in one gather and one scatter instead of 4 ops per layer (each
+        a torch dispatch on the host). Caches of differing shapes, dtypes or devices stay apart."""
         caches = self.caches()
         if len({(c.k.shape, c.k.dtype, c.k.device) for c in caches}) != 1 or caches[0].k.is_meta:
             return
@@ -195,7 +195,7 @@ class RopeTable(nn.Module):
     """cos and sin of every position a cache of `n_positions` slots can hold (a position never exceeds its
     slot), [n_positions, head_dim] each, in the model's dtype: a forward gathers its rows. Compiled, cos/sin
     evaluated per call would be inlined into their consumers and recomputed inside attention's loops over
-    cache slots (about 1.5x the verify cost at W = 8)."""
+    cache slots, a large part of a wide verify's cost."""
 
     def __init__(self, rope: RopeConfig, n_positions: int, head_dim: int, dtype: torch.dtype):
         super().__init__()

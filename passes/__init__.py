@@ -1,1 +1,4 @@
-"""The compile pipeline, one pass per file (installed as `yggc.passes`); the runtime never imports it."""
+"""The compile pipeline (installed as `yggc.passes`); the runtime never imports it. pipeline.py lists the passes
+(PASSES) and runs them over one CompileState; the other modules hold what the passes call, one concern each: lowering
+(lower, lower_buckets, lower_tensorrt, frozen_export, kernels/), profiling (profile, contention), calibration and the
+tree shape (calibrate, choose_shape, train_predictor, decode_check), stage plans (plan) and the bundle (write_bundle)."""

@@ -37,8 +37,8 @@ from .kernels import avx2_bf16_gemm, avx512_bf16_gemm, kernel_library
 
 # O2's realize_opcount_threshold: a pointwise result costing more ops than this is written once instead of
 # being inlined into every consumer. Inductor's CPU default (30) inlines RoPE'd queries and attention's
-# masked scores into the loops over cache slots, recomputed per slot; 16 is 1.1-1.2x faster per verify
-# at every width on SmolLM2 (docs/benchmarks/cpu-verify-curve.md).
+# masked scores into the loops over cache slots, recomputed per slot; at 16 they are written once, which made
+# every verify width faster on SmolLM2 (docs/benchmarks/cpu-verify-curve.md).
 INDUCTOR_CONFIGS = {OptLevel.O1: {"aot_inductor.package_constants_in_so": False},
                     OptLevel.O2: {"freezing": True, "max_autotune": True, "realize_opcount_threshold": 16}}
 # O2 on a CPU: only Inductor's C++ GEMM template. Its K loop does not depend on the row count, so rows are
@@ -49,9 +49,9 @@ CPU_GEMM_BACKENDS = "CPP"
 MOE_CPU_GEMM_BACKENDS = "CPP,ATEN"
 O2_TUNE_WIDTH = 4  # the width O2's GEMM blocking is tuned at: a typical verify width, cheap at 1 too
 # O2 on a CPU: a pointwise or norm kernel forks threads only where each gets this many elements at O2_TUNE_WIDTH rows
-# (Inductor's default, 512, forks every one). A fork-join costs ~1.2 us here, more than SmolLM2's 576-wide norms and
-# 1536-wide SiLU take on one thread: its verifier then forks 4 times a layer instead of 11, 1 row 0.3 ms faster and
-# 64 rows (a prefill chunk) 0.3-0.6 ms slower (docs/benchmarks/cpu-verify-curve.md). Bits do not change.
+# (Inductor's default, 512, forks every one). A fork-join costs more than SmolLM2's 576-wide norms and 1536-wide
+# SiLU take on one thread: its verifier then forks 4 times a layer instead of 11, the 1-row step gains and a 64-row
+# prefill chunk loses a little (docs/benchmarks/cpu-verify-curve.md). Bits do not change.
 CPU_MIN_CHUNK = 4096
 
 

@@ -25,7 +25,7 @@ PROFILE_SCHEMA = "yggc-profile/1"
 PACKAGE_PROBE_WIDTHS = (2, 4, 5, 8, 9, 12, 16, 17, 24, 32, 33, 48, 64)
 # ... and every width up to this one: a tree verifies a few nodes plus the root, and the objective prices a timed
 # width at its own median (yggc.plan.cost_model.MeasuredCurve), where the smooth fit can be off by more than the
-# candidate shapes differ. About 2 s of a compile on SmolLM2.
+# candidate shapes differ. A small part of a compile.
 PACKAGE_EVERY_WIDTH = 17
 
 
@@ -125,7 +125,7 @@ def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int,
     at one row and at the verify phase's width, and `drafter`'s (drafter_steps, if any) at the head step's width and
     the tree steps'. -> {"phase_ms": {draft, verify}, "phase_calls_ms": {model: {width: ms}}}. The glue is what a
     phase takes beyond its calls: timed in the same minutes as the phases, the calls move with the VM's memory speed
-    as the phases do (a SmolLM2 verify call 10-25% within minutes), where calls timed minutes earlier let that drift
+    as the phases do (on a shared VM, by a large fraction within minutes), where calls timed minutes earlier let that drift
     pass for glue."""
     layout, shape, verify_width = decoder.layout, decoder.shape, decoder.shape.verify + 1
     widths = {"verifier": (1, verify_width), "drafter": (HEAD_WIDTH, shape.width) if drafter is not None else ()}

@@ -26,7 +26,7 @@ from yggc.bundle import (
 )
 from yggc.errors import YggcError
 
-MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 WEIGHT_FILES = ("*.safetensors", "*.index.json")
 OWNED = ("format_version", "yggc_version", "torch_version", "isa", "passes_hash", "files")  # the writer computes
 

@@ -17,11 +17,15 @@ PROFILE = {"models": {name: {"cost_curve": {"t0_ms": t0, "slope_ms": 0.05, "knee
                       for name, t0 in (("verifier", 1.0), ("drafter", 0.2))}}
 
 
-def write_eager_bundle(root: Path, plan: dict | None = None) -> Path:
+def write_eager_bundle(root: Path, plan: dict | None = None, template_file: bool = False) -> Path:
+    """template_file: the verifier keeps its chat template in chat_template.jinja (as transformers 5 saves it)."""
     from yggc.passes.write_bundle import BundleWriter
 
     v = write_checkpoint(root / "v", "llama_gqa", seed=21)
-    (v / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "chat_template": CHAT}))
+    config = {"eos_token": "<|endoftext|>"} if template_file else {"eos_token": "<|endoftext|>", "chat_template": CHAT}
+    (v / "tokenizer_config.json").write_text(json.dumps(config))
+    if template_file:
+        (v / "chat_template.jinja").write_text(CHAT)
     d = write_checkpoint(root / "d", "llama_gqa", seed=22, base=v, noise=0.03)
     out = root / "bundle"
     with BundleWriter(out) as w:

@@ -1,5 +1,6 @@
 """The user docs stay true: every yggc command line in README.md parses with yggc's own parser, every tools/ script
-and docs page it names exists, it stays short, and no text in the project is a development diary."""
+and docs page that README.md, CHANGELOG.md and docs/ name exists, they stay short, every benchmark table says where,
+when, at which commit and by which command it was measured, and no text in the project is a development diary."""
 import re
 import shlex
 import subprocess
@@ -71,6 +72,41 @@ def test_every_script_and_page_the_readme_names_exists():
     assert sorted(p for p in scripts | links if not (ROOT / p).exists()) == []
 
 
+DOC_FILES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").rglob("*.md"))]
+NAMED_PATH = re.compile(r"(?<![\w./-])((?:tools|docs)/[\w./-]*\w)")  # tools/x.py, docs/benchmarks/ (not a/docs/b)
+
+
+def named_paths(text: str) -> set[str]:
+    """Every tools/... or docs/... path a text names (in a link, in code or in prose)."""
+    return set(NAMED_PATH.findall(text))
+
+
+def test_every_tools_and_docs_path_named_in_the_docs_exists():
+    """README.md, CHANGELOG.md and docs/ name only scripts and pages that exist (a retired script is named by its
+    file name and the commit that had it), and every relative link points at a file."""
+    missing = []
+    for doc in DOC_FILES:
+        text = doc.read_text()
+        missing += [f"{doc.relative_to(ROOT)}: {p}" for p in sorted(named_paths(text)) if not (ROOT / p).exists()]
+        links = re.findall(r"\]\(([^)#\s]+)", text)
+        missing += [f"{doc.relative_to(ROOT)}: link {t}" for t in links
+                    if not t.startswith(("http://", "https://", "mailto:")) and not (doc.parent / t).exists()]
+    assert missing == []
+
+
+def test_benchmark_pages_and_the_changelog_hold_todays_results_only():
+    """A new measurement replaces the old one (git keeps history): each benchmarks page at most 200 lines, the folder
+    at most 1,200, CHANGELOG.md (written for users) at most 200."""
+    pages = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "docs" / "benchmarks").glob("*.md")}
+    assert {name: n for name, n in pages.items() if n > 200} == {} and sum(pages.values()) <= 1200
+    assert len((ROOT / "CHANGELOG.md").read_text().splitlines()) <= 200
+
+
+def test_named_paths_are_found_in_prose_code_and_links_only_at_their_start():
+    text = "see `tools/bench_x.py --a`, [p](docs/benchmarks/moe.md), docs/gpu.md. Not yggc/docs/x.md or x-tools/y"
+    assert named_paths(text) == {"tools/bench_x.py", "docs/benchmarks/moe.md", "docs/gpu.md"}
+
+
 def test_the_readme_parser_sees_through_chains_substitutions_and_comments():
     got = commands('M=$(.venv/bin/yggc pull smollm2) && .venv/bin/yggc run -m $M -p "a # b" # note\n'
                    "torchrun --nproc-per-node 2 -m yggc run \\\n  -m V")
@@ -94,6 +130,33 @@ def test_no_development_diary_in_the_project():
             if re.search(rf"\b{DIARY_WORD}\b", line.replace(f'scope="{DIARY_WORD}"', ""), flags=re.I):
                 hits.append(f"{name}:{n}: {line.strip()[:80]}")
     assert hits == []
+
+
+# a measured time or speed-up as code comments and docstrings quote one: "8.3 ms", "45 us", "1.5x faster", "68 GB/s"
+MEASURED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:\s?(?:ms|us|µs)\b|x (?:faster|slower|as fast|cheaper)|\s?GB/s"
+                      r"|% (?:faster|slower))")  # a number, not a name's digits (p90 ms)
+
+
+def test_no_code_comment_or_docstring_quotes_a_measured_time():
+    """The package's code says what it does and why it is shaped so, and links the benchmark page for the numbers,
+    which change with every measurement (tests/ and tools/ time things and are left out)."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "yggc", "passes", "graphs"], cwd=ROOT,
+                           capture_output=True, text=True)
+    if files.returncode != 0:
+        pytest.skip("not a git checkout")
+    hits = []
+    for name in files.stdout.split():
+        if name.endswith((".py", ".cpp", ".h", ".c")) and (ROOT / name).is_file():
+            for n, line in enumerate((ROOT / name).read_text(errors="replace").splitlines(), 1):
+                if MEASURED.search(line):
+                    hits.append(f"{name}:{n}: {line.strip()[:90]}")
+    assert hits == []
+
+
+def test_a_quoted_time_is_found_and_a_unit_in_code_is_not():
+    assert [bool(MEASURED.search(t)) for t in ("# 11.3-11.5 ms against 8.3 now", "(about 45 us)", "1.16x faster",
+                                               "at 68 GB/s", "5-14% faster", 'f"{ms:.2f} ms"', "timeout_ms = 5",
+                                               "TPOT p90 ms")] == [True] * 5 + [False] * 3
 
 
 def tables_with_context(page: str) -> list[tuple[str, str]]:

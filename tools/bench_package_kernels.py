@@ -7,8 +7,8 @@ widths taking turns (a shared VM's speed drifts within minutes); each call is th
 Kernels are grouped by what they compute: each linear layer's GEMM (named from the model's config), the attention
 op, the tied LM head, and the pointwise and norm kernels around them. Printed: ms per call of each group at each
 width and how much it grows from the first width to the last, and the wall time of unprofiled calls (the best of
-3 round medians, widths in turn). The instrumented package runs slower than a bundle's (about 1.2 ms a SmolLM2
-step on a Zen 4 VM): read the groups' growth, not their absolute sum.
+3 round medians, widths in turn). The instrumented package runs slower than a bundle's: read the groups' growth,
+not their absolute sum.
 
     python tools/bench_package_kernels.py -m $(yggc pull smollm2) --widths 1,4,8 --threads 2
 """

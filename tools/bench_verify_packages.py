@@ -11,8 +11,8 @@ changed, it reports the argmax agreement instead), then times bucket calls with 
 call by call (a shared VM's speed drifts within minutes): the best of 3 round medians. Each op runs the build of
 the first package's library that has it, so an older package listed first keeps its own kernels. A package whose
 constants file holds the same bytes as the first package's is bound to the first's file (a copy of the package
-beside a link to it), so every package reads its weights from the same physical pages: on the Zen 5 VM two copies
-of the same weights put one program 0.1-0.25 ms apart at every width.
+beside a link to it), so every package reads its weights from the same physical pages: on a VM two copies of the
+same weights put one program measurably apart at every width (other physical pages).
 """
 from __future__ import annotations
 

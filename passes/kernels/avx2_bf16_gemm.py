@@ -2,12 +2,12 @@
 weights packed VNNI-2.
 
 Inductor's AVX2 bf16 kernel widens a bf16 slice of the weights per k (through a partial vector load) and
-converts one activation scalar per row and k. On SmolLM2's bf16 verifier that made each extra row cost
-about 7 ms on Zen 3 (W = 1 / 4 / 8: 14 / 27 / 63 ms), so trees could not pay. Here one 256-bit load holds
+converts one activation scalar per row and k, so each extra row costs nearly as much as the first and trees
+cannot pay. Here one 256-bit load holds
 8 columns x a k pair: the even k's fp32 value is the 32-bit lane shifted left by 16, the odd k's is the
 lane with its low half cleared. One 32-bit broadcast gives each row its pair the same way. Two FMAs per
 accumulator then add k and k + 1 in order, so the sums are exactly the sequential fp32 sums Inductor's own
-kernel makes: the same bits, about 3x faster at 8 rows and more (docs/benchmarks/cpu-verify-curve.md).
+kernel makes: the same bits, in a fraction of its time from 8 rows (docs/benchmarks/cpu-verify-curve.md).
 
 4 x 16 register blocks: 8 accumulators, the pair of fp32 weight vectors per column and one row's pair fit
 AVX2's 16 registers (5 x 16 and 2 x 32 measured slower). Inductor ranks larger register blocks first, so

@@ -2,36 +2,32 @@
 
 Without AMX, Inductor's only bf16 choice is its fp32 vector kernel: per k it widens a bf16 slice of the
 weights to fp32, converts one activation scalar per row and broadcasts it, then FMAs. Past 4 rows that
-kernel is compute-bound far below the machine: SmolLM2's bf16 verifier cost 13 ms at 4 rows, 23 ms at 5
-and 45 ms at 8 on Zen 4, so a tree could not pay. VDPBF16PS multiplies bf16 pairs straight from a
-VNNI-2 packed weight (k pairs interleaved per column), so each instruction does twice the work of an fp32
-FMA with no conversion, and one 32-bit broadcast feeds each row two k steps.
+kernel is compute-bound far below the machine, so a verify of a tree's rows costs several 1-row steps and a
+tree cannot pay. VDPBF16PS multiplies bf16 pairs straight from a VNNI-2 packed weight (k pairs interleaved per
+column), so each instruction does twice the work of an fp32 FMA with no conversion, and one 32-bit broadcast
+feeds each row two k steps.
 
-Register blocking, by measurement (SmolLM2 bf16 on a Zen 5, 2 threads; docs/benchmarks/cpu-verify-curve.md):
-passes of up to 10 rows over 32 columns (2 weight vectors, 20 accumulators), the rows split evenly between
-passes. 8 x 48 blocks, the shape of Inductor's fp32 kernel, ran an 8-row gate + up projection 1.5-1.8x slower
-than 8 x 32 at the same 1-row cost, and a 9th row cost a whole 1-row pass of 3 dependent accumulator chains (the
-verifier's 9-row call 11.3-11.5 ms against 8.3-8.6 now).
+Register blocking: passes of up to 10 rows over 32 columns (2 weight vectors, 20 accumulators), the rows split
+evenly between passes. Inductor's fp32 shape, 8 x 48, leaves 3 accumulators for a 9th row, a pass of dependent
+chains that costs as much as a whole 1-row pass; 32 columns keep the 8-row pass as cheap as the 1-row one.
 
 Prefetch: from 11 rows a column block takes two passes, the first streaming its weights from memory, the second
 reading them from L1 with the memory idle, so the two add instead of overlapping. The kernel is handed the next
 call's weights (micro_gemm's next_B) and prefetches next_lines lines of them per k pair of its own in the last pass
 over a block (the only one at <= 10 rows; there a k pair's every line), which keeps the memory busy under the
-arithmetic: the verifier's 8-row call 7.5 -> 6.6 ms, 16-row 10.1-11.2 -> 9.0-9.5, same logits (Zen 5,
-docs/benchmarks/cpu-verify-curve.md). Below PREFETCH_ROWS rows it cost 2-6%; a software prefetch within the block's
-own stream made no difference (the hardware's already runs ahead there).
+arithmetic. Below PREFETCH_ROWS rows the hardware's prefetch keeps up and the software one only costs; within the
+block's own stream it makes no difference (the hardware's already runs ahead there).
 
 Chunks: at 11-20 rows, where a block takes two passes, they take it CHUNK_PAIRS k pairs at a time (micro_gemm.ENTRY's
 CHUNKED branch): the second pass reads from L1 what the first has just streamed, and each pass prefetches half of the
 next chunk (one of a k pair's two 64-byte lines per k pair of its own), so the stream runs under both passes'
-arithmetic. Same logits. Chunks made SmolLM2's 12-row verify call 0.5-0.6 ms faster and its 16-row call 0.2-0.6
-(chunks of 32 and 64 pairs were no faster or up to 0.6 ms slower at 16-20 rows, 96 and 288 gained less, and at three
-passes or more every size measured slower); the first pass prefetching the whole next chunk left the memory idle
-under the second, and splitting it made the 12-20-row calls another 0.3-0.6 ms faster (Zen 5;
-docs/benchmarks/cpu-verify-curve.md).
+arithmetic. Same logits. Smaller chunks gained nothing and larger ones less; at three passes or more every chunk
+size was slower, so larger calls keep the unchunked passes.
 
 Prefetch level: into L1 where a chunk and the next one fit in L1 together (Zen 5's 48 KB), else into L2 (Zen 4's
-32 KB), as prefetch.hint decides; on the Zen 4 the L2 prefetch made the 8-16-row sweeps 0.6-3.9 ms faster.
+32 KB), as prefetch.hint decides: a prefetch into a too-small L1 evicts the lines the kernel reads next.
+
+The measurements behind each choice: docs/benchmarks/cpu-verify-curve.md.
 
 Registration (micro_gemm.register_vnni2_kernel) adds the config beside Inductor's own and makes Inductor's
 fp32-vector bf16 configs decline where this one applies (the template ranks larger register blocks first, not

@@ -4,10 +4,8 @@ The AVX512-BF16 GEMM (avx512_bf16_gemm, micro_gemm.ENTRY) and the tied head (ygg
 read a chunk of weights while they prefetch the next one, so a core holds two chunks at once (18 KB each for both
 kernels). Where two fit the core's L1 data cache, the prefetch goes to L1 (_MM_HINT_T0); where they do not, an
 L1 prefetch evicts the lines the kernel reads next and the prefetch goes to L2 (_MM_HINT_T1), from where the
-kernel's own loads bring each line in once. Measured with tools/bench_weight_stream.py (SmolLM2's 212 MB of linear
-layers, 2 threads, docs/benchmarks/cpu-verify-curve.md): on a Zen 4 (32 KB L1D) L2 made the 8-row sweep 0.6-1.0 ms
-faster, the 12-row sweep 3.5-3.9 ms and the 16-row sweep 2.5-2.8 ms, with 1-4 rows within the runs' spread; on a
-Zen 5 (48 KB L1D) the L1 prefetch is the one the kernels were tuned with.
+kernel's own loads bring each line in once. On a Zen 4 (32 KB L1D) that is L2, on a Zen 5 (48 KB L1D) L1, the level
+the kernels were tuned with; tools/bench_weight_stream.py compares the levels (docs/benchmarks/cpu-verify-curve.md).
 """
 from __future__ import annotations
 

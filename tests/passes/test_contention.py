@@ -2,46 +2,13 @@
 still priced on a busy machine says so (in the profile, the compile's output and `yggc inspect`)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-
-import pytest
-from yggc.passes import contention
 from yggc.passes.choose_shape import estimate_off
-from yggc.passes.contention import CpuUse, busy_seconds, measure_until_quiet
+from yggc.passes.contention import measure_until_quiet
 
+from yggc.artifacts.cpu_use import CpuUse
 from yggc.cli.inspect import plan_warnings
 from yggc.plan.bundle_plan import BundlePlan
 from yggc.plan.shape import TreeShape
-
-
-def test_busy_seconds_count_every_state_but_idle_and_iowait():
-    tick = os.sysconf("SC_CLK_TCK")
-    #        user nice system idle iowait irq softirq steal guest guest_nice
-    text = f"cpu  {tick} {tick} {tick} 999999 777 {tick} {tick} {tick} 0 0\ncpu0 1 2 3 4\n"
-    assert busy_seconds(text) == pytest.approx(6.0)
-
-
-def test_other_cores_are_busy_time_less_this_process_over_wall_time():
-    assert CpuUse(wall_s=2.0, own_s=3.0, busy_s=5.0).other_cores == pytest.approx(1.0)
-    assert CpuUse(wall_s=2.0, own_s=3.0, busy_s=2.9).other_cores == 0.0  # tick rounding never goes negative
-    assert CpuUse(2.0, 0.0, 0.6).busy and not CpuUse(2.0, 0.0, 0.5).busy  # 0.3 cores on average
-
-
-@pytest.mark.skipif(not contention.PROC_STAT.is_file(), reason="needs Linux /proc/stat")
-def test_a_busy_loop_beside_the_measurement_is_seen():
-    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.3)  # the loop is running
-        watch = contention.CpuWatch()
-        time.sleep(1.5)
-        use = watch.stop()
-    finally:
-        loop.kill()
-        loop.wait()
-    assert use is not None and use.other_cores >= 0.6 and use.own_s < 0.2
 
 
 class FakeWatch:

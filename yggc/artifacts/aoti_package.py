@@ -1,8 +1,8 @@
 """An AOTInductor package (.pt2) loaded through torch's C++ package loader directly.
 
-`torch._inductor.aoti_load_package` does the same but imports Inductor and Dynamo first (0.9 s before
-the first token), probes the CPU's vector ISA by compiling test programs, and re-reads the call spec
-and flattens the inputs with pytree on every call (about 45 us, 6% of a SmolLM2 drafter step).
+`torch._inductor.aoti_load_package` does the same but imports Inductor and Dynamo first (most of a second before
+the first token), probes the CPU's vector ISA by compiling test programs, and re-reads the call spec and flattens
+the inputs with pytree on every call (a noticeable share of a small drafter's step).
 validate_bundle has already matched the ISA the packages were compiled for against this machine's,
 and every caller passes its tensors positionally, so none of that is needed here.
 

@@ -159,7 +159,7 @@ class CompiledModel:
 
     def move_kv(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """The graph's KV compaction, without the moves of a slot onto itself (on the CPU most iterations'
-        accepted path already sits where compaction would put it, and the K/V gather costs ~0.1 ms)."""
+        accepted path already sits where compaction would put it, and a K/V gather for nothing is host time)."""
         if host.eager_cpu(src_slots):  # a check on an accelerator would synchronize
             keep = src_slots.numpy() != dst_slots.numpy()
             if not keep.any():

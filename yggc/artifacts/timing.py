@@ -45,17 +45,6 @@ def best_round_median(samples: list[float], rounds: int = 3) -> float:
     return min(statistics.median(samples[r * per_round:(r + 1) * per_round]) for r in range(rounds))
 
 
-def busy_warning(threads: int) -> str | None:
-    """A warning when other processes leave fewer free cores than the torch threads need."""
-    import os
-
-    load, cores = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0, os.cpu_count() or 1
-    if threads > 1 and load + threads > cores + 1.0:
-        return (f"load average {load:.1f} on {cores} cores and {threads} torch threads; timings will be noisy "
-                "or much slower")
-    return None
-
-
 class NoTrace:
     """The default tracer of compiled models and decoders: spans cost one attribute lookup and a null context
     (yggc/runtime/trace.py's StageTrace records them)."""

@@ -109,7 +109,7 @@ def compile_pair(args: argparse.Namespace) -> tuple[Path, Path]:
 def warn_if_busy() -> None:
     import torch
 
-    from ..artifacts.timing import busy_warning
+    from ..artifacts.cpu_use import busy_warning
 
     warning = busy_warning(torch.get_num_threads())
     if warning:

@@ -131,7 +131,7 @@ def set_threads(threads: int | None, prog: str = "yggc") -> None:
     """--threads, and a warning when other processes leave too few idle cores for the threads."""
     import torch
 
-    from ..artifacts.timing import busy_warning
+    from ..artifacts.cpu_use import busy_warning
 
     if threads:
         torch.set_num_threads(threads)

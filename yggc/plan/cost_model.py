@@ -13,8 +13,8 @@
 
 - tiles: GEMM kernels work on blocks of rows (16 for AMX tiles, 4 for the AVX2 bf16 kernel), so one row
   past a block boundary costs a whole block of compute: tile_ms * (ceil(t / row_tile) - 1), a step MoESD's
-  smooth model does not have (measured: 6.4 -> 8.5 ms from 16 to 17 rows on a 124 MB dense verifier,
-  docs/benchmarks/moe.md; 18.9 -> 27.4 ms from 4 to 5 rows on SmolLM2 bf16 on AVX2).
+  smooth model does not have (measured from 16 to 17 rows on a dense verifier, docs/benchmarks/moe.md, and from
+  4 to 5 rows on SmolLM2 bf16 on AVX2, docs/benchmarks/cpu-verify-curve.md).
 
 A dense model has no expert terms (E = 0): T(t) = t0 + slope * G(t), the roofline curve yggc always used.
 With E = K every expert is always active and serves every row, and the model is that dense curve again
@@ -32,7 +32,7 @@ import numpy as np
 
 S_GRID = (1.02, 1.05, 1.1, 1.2, 1.4, 1.7, 2.0, 3.0, None)  # None: the hard corner
 # rows per GEMM block; 0: no tile term. 4: yggc's AVX2 bf16 micro-kernel (4 x 16 registers), whose every block of
-# 4 rows widens the weights again (Zen 3, SmolLM2 bf16: T(4) / T(5) / T(8) / T(9) = 18.9 / 27.4 / 28.3 / 34.0 ms)
+# 4 rows widens the weights again (T(5) well above T(4), T(9) above T(8): docs/benchmarks/cpu-verify-curve.md)
 TILE_GRID = (0, 4, 8, 16, 32)
 
 
@@ -95,8 +95,8 @@ class CostCurve:
 class MeasuredCurve:
     """A model's step cost as the objective prices it: the profile's own median at a width it timed, the fitted
     curve at any other. The fit is a smooth roofline over every probe up to 64 rows; at the few rows a verify
-    takes it can miss by more than the shapes differ (SmolLM2 bf16, Zen 4: 9.28 ms fitted at 4 rows, 8.62
-    timed, which ranked D1 W2 V1 over D1 W4 V3; on held-out chat the latter decoded 7% faster)."""
+    takes it can miss by more than the shapes differ (on a Zen 4 the fit priced 4 rows above their timing and
+    ranked D1 W2 V1 over D1 W4 V3, which decoded held-out chat faster; docs/benchmarks/drafters.md)."""
     fit: CostCurve
     measured: dict[int, float] = field(default_factory=dict)  # width -> ms
 

@@ -1,5 +1,6 @@
-"""Chat prompts: a model's chat template (tokenizer_config.json, as Hugging Face and GGUF imports store
-it) rendered in a sandboxed Jinja environment, the way transformers' apply_chat_template does.
+"""Chat prompts: a model's chat template (tokenizer_config.json's `chat_template`, as GGUF imports and older
+transformers store it, or chat_template.jinja beside it, as transformers 5 saves it) rendered in a sandboxed Jinja
+environment, the way transformers' apply_chat_template does.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 from ..errors import YggcError
 
 CONFIG_FILE = "tokenizer_config.json"
+TEMPLATE_FILE = "chat_template.jinja"  # where transformers 5's save_pretrained puts the template
+WHERE = f"{CONFIG_FILE} chat_template or {TEMPLATE_FILE}"  # for messages that say where a template is looked for
 ROLES = ("system", "user", "assistant")
 
 
@@ -57,16 +60,27 @@ def check_messages(messages: list[dict[str, str]]) -> None:
 
 
 def load_chat_template(model_dir: str | Path) -> ChatTemplate | None:
-    """The model folder's chat template, or None when it has none."""
-    path = Path(model_dir) / CONFIG_FILE
-    if not path.is_file():
-        return None
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise YggcError(f"{path} is not valid JSON ({e})") from None
+    """The model folder's chat template, or None when it has none: tokenizer_config.json's `chat_template`, else
+    the text of chat_template.jinja; the bos/eos token strings come from tokenizer_config.json either way."""
+    folder = Path(model_dir)
+    cfg = read_tokenizer_config(folder / CONFIG_FILE)
     template = cfg.get("chat_template")
+    if not isinstance(template, str) and (folder / TEMPLATE_FILE).is_file():
+        template = (folder / TEMPLATE_FILE).read_text(encoding="utf-8")
     if not isinstance(template, str):
         return None
     token = lambda key: cfg[key] if isinstance(cfg.get(key), str) else ""  # noqa: E731
     return ChatTemplate(template, token("bos_token"), token("eos_token"))
+
+
+def read_tokenizer_config(path: Path) -> dict:
+    """tokenizer_config.json's fields, {} where the file is missing."""
+    if not path.is_file():
+        return {}
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise YggcError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise YggcError(f"{path} holds {type(cfg).__name__}, not a JSON object; restore the model's own file")
+    return cfg

@@ -66,7 +66,7 @@ class GrammarSpec:
 
 
 class GrammarCompiler:
-    """Grammars for one model's tokenizer (building llguidance's view of it takes ~0.5 s: made once)."""
+    """Grammars for one model's tokenizer (building llguidance's view of it is slow: made once)."""
 
     def __init__(self, tokenizer, eos_ids: tuple[int, ...], vocab: int):
         if tokenizer is None:

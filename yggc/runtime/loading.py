@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from ..artifacts.cache_layout import CacheLayout, view_align
 from ..errors import YggcError
 from ..graphs import LlamaGraph, load_config, load_model, load_tokenizer
-from .chat import ChatTemplate, load_chat_template
+from .chat import WHERE, ChatTemplate, load_chat_template
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 DEMO_PAIR = Path(__file__).parent.parent / "demo_pair"
@@ -88,8 +88,8 @@ def load(model_dir: str | Path, dtype: torch.dtype, max_seq: int, device: str = 
 
 def device_scope(device: torch.device):
     """Where host-built tensors should be created: a torch.device context on an accelerator; none on the
-    CPU, where they go anyway (the context routes every torch call through a TorchFunctionMode, which
-    costs ~4 ms of host time per SmolLM2 tree iteration)."""
+    CPU, where they go anyway (the context routes every torch call through a TorchFunctionMode, a Python
+    call per torch op, which adds up to a large share of a tree iteration's host time)."""
     return nullcontext() if device.type == "cpu" else torch.device(device)
 
 
@@ -109,6 +109,6 @@ def encode_prompt(tokenizer: Tokenizer | None, text: str) -> list[int]:
 def encode_chat(model: LoadedModel, messages: list[dict[str, str]]) -> list[int]:
     """Token ids of `messages` through the model's chat template, ready for the assistant's turn."""
     if model.chat is None:
-        raise YggcError(f"{model.path} has no chat template (tokenizer_config.json chat_template); "
+        raise YggcError(f"{model.path} has no chat template ({WHERE}); "
                         "use -p with a plain prompt")
     return encode_prompt(model.tokenizer, model.chat.render(messages))

@@ -8,7 +8,7 @@ Tokenizer.encode it releases the GIL, so the event loop keeps answering while a 
 """
 from __future__ import annotations
 
-from ..runtime.chat import ChatRenderError
+from ..runtime.chat import WHERE, ChatRenderError
 from ..runtime.runtime import Runtime
 from .api_errors import ApiError, bad_param
 from .params import CompletionRequest
@@ -40,7 +40,7 @@ def prompt_text(runtime: Runtime, req: CompletionRequest) -> str:
         return req.prompt
     chat = runtime.verifier.chat
     if chat is None:
-        raise bad_param("messages", "this model has no chat template (tokenizer_config.json chat_template); "
+        raise bad_param("messages", f"this model has no chat template ({WHERE}); "
                         "send a plain prompt to /v1/completions", code="no_chat_template")
     try:
         return chat.render(req.messages_as_dicts())

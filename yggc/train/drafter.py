@@ -64,7 +64,7 @@ from .student import build_student, collate, distill_loss
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 
 def evaluate(model: LlamaForCausalLM, samples: list[Sample], batch: int) -> dict:

@@ -6,7 +6,7 @@ Stages, each resumable (rerun the same command to continue):
   1. data      the verifier's answers to chat prompts: the shards `yggc train drafter` writes
                (OUT/data/{train,heldout}, generated here when absent; shards.py), plus --reference
                training prompts with reference answers made from the stdlib (stdlib_prompts.build_pairs):
-               generating answers runs at ~80 tokens/s on 2 cores, a teacher-forced pass at ~350, so
+               generating answers is several times slower than a teacher-forced pass over them, so
                most of the features come from text the verifier reads rather than writes (as EAGLE's
                fixed-dataset training); the verifier's own answers count twice in the batches
   2. features  one teacher-forced verifier pass per conversation (yggc's own graph, in --dtype): the

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import YggcError
+from ..runtime.chat import WHERE
 from .loop import progress
 from .presets import CACHE, checkpoint_folder, load_hf_model, require_transformers
 from .shards import chat_tokenizer, stop_tokens
@@ -162,7 +163,7 @@ def write_shards(model: LlamaForCausalLM, target: Path, spec: MagpieSpec, folder
     """Every missing shard of spec.count turns (at most `stop_after` in this run); the run's throughput."""
     tok, chat = chat_tokenizer(target)
     if chat is None:
-        raise YggcError(f"{target} has no chat template (tokenizer_config.json); Magpie prompts need one")
+        raise YggcError(f"{target} has no chat template ({WHERE}); Magpie prompts need one")
     prefix = tok.encode(user_turn_prefix(chat), add_special_tokens=False).ids
     eos = stop_tokens(model, tok, chat)
     decode = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731

@@ -28,22 +28,21 @@ Training
     bit-exactly.  Training stops hard at 1.25x the budget (then rerun to resume).
 
 Decisions (measured on a 2-core Cascade Lake Xeon, AVX-512, no AVX512-BF16)
-    * bfloat16 autocast: *off*.  Without native bf16 it was 2.5x slower than
-      float32 (demo verifier: 1.7k vs 4.5k tokens/s).  ``--autocast`` exists.
-    * ``torch.compile``: on for demo/bench (1.36x faster after a ~40 s
-      compile), off for tiny.
+    * bfloat16 autocast: *off*.  Without native bf16 it was much slower than
+      float32.  ``--autocast`` exists.
+    * ``torch.compile``: on for demo/bench (faster once its compile is paid),
+      off for tiny, whose runs are too short for that.
     * Threads: use ``--threads 1`` on a shared machine.  With the other core
-      busy, 2 OpenMP threads ran at 1.1k tokens/s against 2.5k for 1 thread.
+      busy, 2 OpenMP threads waited on each other and ran slower than 1.
     * Batch: 2 x 512 tokens.  On these budgets every model is step/token
-      starved (the demo verifier sees ~1.6M tokens, < 1 epoch); at equal wall
-      time batch 2 beat batch 8 (held-out ppl 185 vs 376 after 2.5 min).
+      starved (the demo verifier sees less than an epoch); at equal wall
+      time batch 2 reached a much lower held-out perplexity than batch 8.
     * Distillation: *on*.  The drafter is trained on ``0.3 * CE + 0.7 *
       KL(verifier || drafter)`` (``--distill-alpha``, ``--no-distill``).
-      Demo pair, same verifier, ~equal wall time (5.3 vs 6.2 min): top-1
-      agreement on held-out text 70.8% vs 49.5%, chain mean accepted length
-      k=4 3.87 vs 2.60, k=8 5.50 vs 2.99 -- although the plain-CE drafter
-      (2.3x more steps: no teacher forward) has the better held-out
-      perplexity (53 vs 78; the verifier's is 87).
+      On the demo pair at about equal wall time it agrees with the verifier
+      far more often held out, and accepts longer chains, than a plain-CE
+      drafter, although that one (more steps: no teacher forward) has the
+      better held-out perplexity.
 """
 
 from __future__ import annotations

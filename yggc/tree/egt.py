@@ -107,7 +107,7 @@ def offered_children(state: EGTState, logp: torch.Tensor,
                      ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """logp [..., vocab] -> each row's top-k (log-prob, token) [..., k]: the children a node offers. ids [Vd]:
     the token of each column where logp covers a sub-vocabulary [..., Vd] (an EAGLE-3 head's draft vocabulary).
-    The floor is applied after the top-k (the same values; clamping every log-prob first cost ~15 us per row)."""
+    The floor is applied after the top-k (the same values, without clamping every log-prob of the vocabulary)."""
     top_logp, top_tok = logp.topk(state.k, dim=-1)
     return top_logp.to(state.pool_logp.dtype).clamp(min=LOGP_FLOOR), top_tok if ids is None else ids[top_tok]
 

@@ -3,8 +3,8 @@
 The tree work around the model calls (EGT growth, pruning, masks, the greedy walk) is written as fixed-shape
 torch code so that at O1 it compiles into the phases' single calls. Run eagerly, that code is many small torch
 ops per iteration, and each pays torch's dispatch with cold caches, since the model call before it has just
-streamed the weights through them. Measured on SmolLM2 (AMD EPYC Zen 3, 2 threads), a D2 W4 V4 iteration's
-verify-side tree work took 1.45 ms right after a model call (0.72 ms warm); NumPy does the same in ~0.1 ms.
+streamed the weights through them; NumPy does the same work in a fraction of that time
+(docs/benchmarks/host-costs.md).
 egt_host.py holds the NumPy twin of EGT growth and verify_host.py the verify side's (plain Python over the few
 kept nodes, fewer calls still); where the process has loaded the kernel library, two C++ ops
 (artifacts/kernels/verify_tree.cpp) do the verify side's work instead. Tests check each bit for bit against the

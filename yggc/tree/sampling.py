@@ -47,8 +47,8 @@ def top_p_drop(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """probs [..., V] -> bool [..., V]: the tokens top-p drops, those whose strictly likelier tokens already hold
     top_p of the mass (the likeliest always stays; tokens tied with a kept one stay too, so the set depends on
     neither the sort's tie order nor the other rows). Sorts only the top k, growing k until each row's cut lies
-    inside it: a full sort of SmolLM2's 49152 probabilities costs ~4.5 ms on 2 cores, and a nucleus is mostly
-    tens of tokens."""
+    inside it: a full sort of a 49152-token vocabulary costs a sizeable share of a decoding step, and a nucleus is
+    mostly tens of tokens (docs/benchmarks/sampling.md)."""
     vocab, k = probs.shape[-1], min(probs.shape[-1], NUCLEUS_FIRST_K)
     while True:
         top, order = torch.topk(probs, k, dim=-1)                           # [..., k] descending
@@ -81,7 +81,7 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 
 def sample_index(weights: torch.Tensor, generator: torch.Generator | None) -> int:
     """One draw from the unnormalised weights [V] by inverse CDF over a float64 running sum: exact like
-    torch.multinomial, ~15x cheaper over a 49k vocabulary (0.07 against 1.0 ms on 2 cores)."""
+    torch.multinomial, and an order of magnitude cheaper over a 49k vocabulary."""
     cdf = torch.cumsum(weights, 0, dtype=torch.float64)                                # [V]
     device = generator.device if generator is not None else cdf.device
     u = torch.rand((), generator=generator, dtype=torch.float64, device=device).to(cdf.device)
@@ -91,9 +91,8 @@ def sample_index(weights: torch.Tensor, generator: torch.Generator | None) -> in
 
 def row_argmax(logits: torch.Tensor) -> torch.Tensor:
     """logits [..., V] -> each row's first index of its maximum [...] (NaN counts as the maximum), as
-    torch.argmax. Eager CPU tensors go through NumPy's vectorised argmax (bf16 and fp16 upcast first, exactly): 14
-    against 225 us for SmolLM2's 3 x 49152 fp32 verify logits on 2 cores (55 against 460 in bf16), where torch's
-    CPU argmax is a scalar loop. Traced: torch.argmax."""
+    torch.argmax. Eager CPU tensors go through NumPy's vectorised argmax (bf16 and fp16 upcast first, exactly),
+    where torch's CPU argmax is a scalar loop, many times slower over verify logits. Traced: torch.argmax."""
     if not host.eager_cpu(logits) or logits.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return logits.argmax(-1)
     return torch.as_tensor(logits.detach().float().numpy().argmax(-1))

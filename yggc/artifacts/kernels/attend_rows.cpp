@@ -43,7 +43,7 @@ constexpr int64_t kLanes = Vec::size();
 constexpr int64_t kBlock = 4;  // vectors of head_dim held in registers at once
 constexpr int64_t kHeads = 4;  // query heads per task
 // From this many rows the pair-score path widens the values to float once for all rows, not per row. Below it the
-// float copy costs more than it saves (Zen 4, 2 threads: 8-16 rows 4-11% faster; 32-64 rows alike).
+// float copy costs more than it saves (measured on a Zen 4: docs/benchmarks/cpu-verify-curve.md).
 constexpr int64_t kWidenRows = 32;  // v2 only: v3 reads bf16 values in pairs
 constexpr int64_t kAheadPairs = 8;  // how far ahead v3's weighted values prefetch value rows (16 slots)
 

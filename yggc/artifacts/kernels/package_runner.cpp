@@ -2,7 +2,7 @@
 // `verify_tree`, for what asks for it by that name).
 //
 // Why: the loader's own Python binding (torch._C._aoti.AOTIModelPackageLoader) holds the GIL for the whole
-// model call, 10-40 ms of a CPU forward in which no other Python thread of the process runs (an HTTP server's
+// model call, a whole CPU forward in which no other Python thread of the process runs (an HTTP server's
 // event loop included). A script object's methods let go of the GIL while they run, so the same loader called
 // through this class leaves the interpreter to the other threads. Same loader, same compiled code, same bits.
 #include <ATen/core/Dict.h>

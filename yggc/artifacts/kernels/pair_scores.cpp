@@ -19,9 +19,9 @@ namespace {
 constexpr int64_t kSlots = 16;  // slots per block: one 32-bit lane each
 // Row-heads whose accumulators stay in registers: 12 independent VDPBF16PS chains keep two a cycle going at their
 // latency. The transposed key vectors are read back from L1 one at a time (keys_t below), not held in 16 registers,
-// which left too few for 12 accumulators (one spilled, its chain through a store and a load). A SmolLM2 step's 30
-// attention calls on a Zen 5 (tools/bench_attention_op.py), against 8 row-heads beside 16 key registers: 16 rows
-// 1.26-1.54 -> 1.10-1.25 ms, 8 rows 0.77-0.99 -> 0.71-0.84 (four runs); 16 row-heads alike, 24 slower.
+// which left too few for 12 accumulators (one spilled, its chain through a store and a load). Against 8 row-heads
+// beside 16 key registers this is faster at 8-16 rows; 16 row-heads were alike and 24 slower (spills again).
+// tools/bench_attention_op.py times the op alone (docs/benchmarks/cpu-verify-curve.md).
 constexpr int64_t kRows = 12;
 constexpr int64_t kAheadBlocks = 2;  // how far ahead score_block prefetches keys (2 blocks of a 64-dim head: 4 KB)
 

@@ -30,7 +30,7 @@ namespace {
 
 constexpr int64_t kSub = 16;    // columns per sub-block: one 16-lane vector (two 8-lane ones)
 constexpr int64_t kRows = 4;    // rows per register tile
-constexpr int64_t kAhead = 32;  // AVX2: pairs prefetched ahead (2 KB): 5-14% faster at 1-8 rows on Zen 3
+constexpr int64_t kAhead = 32;  // AVX2: pairs prefetched ahead (2 KB), which pays at 1-8 rows on a Zen 3
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 // the build names both (passes/kernels/kernel_library.py): a chunk's pair rows (block_rows; 72: 18 KB of a
 // 64-column block) and the level its next chunk is prefetched into (L1 where two chunks fit there, else L2)

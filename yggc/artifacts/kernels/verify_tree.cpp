@@ -4,8 +4,8 @@
 // the process has them, else tree/verify_host.py's Python functions, whose results they give integer for integer.
 //
 // Why: right after the verifier's package has streamed its weights through the caches, every Python and NumPy
-// step of that work runs cold, and together they cost ~0.25 ms an iteration on SmolLM2 (docs/benchmarks/
-// host-costs.md). Here the same work is a few microseconds of cache misses.
+// step of that work runs cold, and together they make most of an iteration's host time (docs/benchmarks/
+// host-costs.md). Here the same work is a handful of cache misses.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>

@@ -71,8 +71,8 @@ class Eagle3Kind:
 
     def fuse_in_verifier(self, verifier, drafter, opt: str) -> None:
         """An O2 verifier runs the head's feature fusion (fc) inside its package, so its features come out fused
-        ([W, head hidden]) and the head takes them as they are: an eager fc after each verifier call cost ~0.4 ms
-        on SmolLM2 (its weights evicted by the verifier's; 0.15 ms warm)."""
+        ([W, head hidden]) and the head takes them as they are: an eager fc after each verifier call would find its
+        weights evicted by the verifier's and run cold."""
         if self.features_package("verifier", opt):
             getattr(verifier, "graph", verifier).feature_fc = getattr(drafter, "graph", drafter).fc
 

@@ -30,9 +30,9 @@ from ..draft import Draft
 from ..speculative import SpeculativeDecoder
 from .suffix_drafter import PointMassGreedy, SuffixDrafter
 
-# tokens per branch, branches, suffix nodes added at most. Long branches pay where text repeats at length: SmolLM2
-# bf16 on a Zen 5 (D2 W4 V6 head), 16 x 2 x 20 against 6 x 2 x 8: code completion 5.03 against 3.99 tokens per
-# call and 1.15-1.18x as fast, chat within the noise (0.96-1.05x; docs/benchmarks/drafters.md)
+# tokens per branch, branches, suffix nodes added at most. Long branches pay where text repeats at length (code
+# completion) and cost nothing measurable on chat, where the profiled costs keep the verify count where it pays
+# (docs/benchmarks/drafters.md)
 BRANCHES_SHAPE = TreeShape(16, 2, 20)
 MIN_CHANCE = 0.2  # a suffix node whose estimated acceptance is below this is not worth its verifier row
 
