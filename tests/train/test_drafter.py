@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from yggc.cli.main import main
 from yggc.errors import YggcError
 from yggc.train import shards, stdlib_prompts, student
-from yggc.train.loop import batch_indices
+from yggc.train.batches import batch_indices
 from yggc.train.presets import DRAFTER_PRESETS
 
 DOC = "Return the {what} of the two numbers given, rounding the result toward zero when needed."

@@ -11,7 +11,7 @@ from checkpoints import write_checkpoint
 from yggc.graphs import load_model
 from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eagle3
 
-from yggc.train import eagle3_head, loop
+from yggc.train import batches, eagle3_head, loop
 from yggc.train.features import ConversationFeatures
 from yggc.train.presets import TrainHParams
 from yggc.train.ttt import ttt_hidden, ttt_logits, ttt_loss
@@ -94,17 +94,17 @@ def test_agreement_counts_rows_outside_the_draft_vocabulary_as_misses(pair):
 def test_batches_of_similar_lengths_cover_each_epoch_and_pad_less():
     g = torch.Generator().manual_seed(0)
     lengths = tuple(int(n) for n in torch.randint(10, 400, (64,), generator=g))
-    steps = [loop.length_bucketed_indices(lengths, 7, s, 4) for s in range(16)]
+    steps = [batches.length_bucketed_indices(lengths, 7, s, 4) for s in range(16)]
     assert sorted(i for batch in steps for i in batch) == list(range(64))  # one epoch: every item once
-    assert steps == [loop.length_bucketed_indices(lengths, 7, s, 4) for s in range(16)]  # a pure function of the step
-    assert loop.length_bucketed_indices(lengths, 7, 16, 4) != steps[0]  # the next epoch is shuffled anew
+    assert steps == [batches.length_bucketed_indices(lengths, 7, s, 4) for s in range(16)]  # a pure function of the step
+    assert batches.length_bucketed_indices(lengths, 7, 16, 4) != steps[0]  # the next epoch is shuffled anew
 
     def padding(batches):
         return sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in batches)
 
-    random_order = [loop.batch_indices(64, 7, s, 4) for s in range(16)]
+    random_order = [batches.batch_indices(64, 7, s, 4) for s in range(16)]
     assert padding(steps) < padding(random_order) / 3
-    assert loop.length_bucketed_indices((5, 9), 0, 3, 4) == loop.batch_indices(2, 0, 3, 4)  # fewer items than a batch
+    assert batches.length_bucketed_indices((5, 9), 0, 3, 4) == batches.batch_indices(2, 0, 3, 4)  # fewer items than a batch
 
 
 def test_bfloat16_autocast_is_chosen_only_where_the_cpu_multiplies_bfloat16(monkeypatch):

@@ -10,7 +10,9 @@ and a resumed run gives the weights of one uninterrupted run):
   of ttt.py.
 
 What they share: corpus.py (the stdlib corpus and its held-out split), stdlib_prompts.py (chat prompts made from
-it), shards.py (the target's answers and soft labels), presets.py (sizes and budgets), loop.py (the
-training loop) and student.py (the standalone drafter's model and loss). The runtime never imports this
-package.
+it), human_prompts.py (human-written prompt sets), shards.py (the target's answers and soft labels), presets.py
+(sizes and budgets), batches.py (which items a step reads), loop.py (the training loop, its schedules, pausing)
+and student.py (the standalone drafter's model and loss). The EAGLE-3 job adds ttt.py (its loss), features.py (the
+verifier's features, cached) and campaign.py (answers and heads kept in a folder to commit). The runtime never
+imports this package.
 """

@@ -17,6 +17,7 @@ recomputes its targets from the verifier's features; the standalone drafter job 
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -26,8 +27,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..bundle import file_sha256
 from ..errors import YggcError
-from .shards import shard_path
+from .features import verifier_digest
+from .loop import log
+from .presets import DRAFTER_PRESETS, Eagle3Preset
+from .shards import chat_tokenizer, check_data_source, encode_prompts, shard_path
+from .stdlib_prompts import prompt_splits
 
 RECORD = "campaign.json"
 
@@ -160,3 +166,40 @@ def record_run(src: Path, record: dict, data: dict, summary: dict) -> bool:
     (src / (RECORD + ".tmp")).write_text(json.dumps(record, indent=1) + "\n")
     os.replace(src / (RECORD + ".tmp"), src / RECORD)
     return bool(best and summary.get("head"))
+
+
+def campaign_data(args: argparse.Namespace, target: Path, preset: Eagle3Preset) -> dict:
+    """What a campaign's answers depend on: the verifier, the prompt set, the generation settings and the dtype."""
+    gen = DRAFTER_PRESETS[preset.data].gen
+    return {"target": verifier_digest(target), "data_preset": preset.data, "dtype": args.dtype,
+            "chat_prompts_sha256": file_sha256(args.chat_prompts) if args.chat_prompts else None,
+            "gen_batch": args.gen_batch or gen.batch, "max_new": gen.max_new, "max_prompt": gen.max_prompt}
+
+
+def open_campaign(args: argparse.Namespace, target: Path, out: Path, preset: Eagle3Preset) -> dict:
+    """--campaign DIR: its record (checked against this run's data settings), its answers imported into the work
+    folder, and its head as the warm start where this machine has no saved state of the run."""
+    data = campaign_data(args, target, preset)
+    record = read_record(args.campaign)
+    check_data(record, data)
+    check_data_source(out / "data", args.chat_prompts, data["gen_batch"], DRAFTER_PRESETS[preset.data].gen.batch,
+                      args.dtype)
+    tok, chat = chat_tokenizer(target)
+    prompts = {split: encode_prompts(tok, chat, texts, data["max_prompt"])
+               for split, texts in prompt_splits(None, args.chat_prompts).items()}
+    imported = import_answers(args.campaign, out / "data", prompts, data["gen_batch"])
+    state = out / ".state" / f"eagle3-{preset.name}" / "state.json"
+    if args.init is None and (args.campaign / "head").is_dir() and (args.no_resume or not state.is_file()):
+        args.init = args.campaign / "head"
+    log("eagle3", f"campaign {args.campaign}: {imported} answer shards imported"
+        + (f", warm start from {args.init}" if args.init else ""))
+    return record
+
+
+def close_campaign(args: argparse.Namespace, target: Path, out: Path, preset: Eagle3Preset, record: dict,
+                   summary: dict) -> None:
+    """The run's new answers and record into the campaign folder, and its head where it scores best so far."""
+    exported = export_answers(out / "data", args.campaign)
+    kept = record_run(args.campaign, record, campaign_data(args, target, preset), summary)
+    log("eagle3", f"campaign {args.campaign}: {exported} answer shards added; the head "
+        + ("is the best so far: kept in the campaign" if kept else "was not kept (not exported, or not better)"))

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import YggcError
-from .loop import batch_indices, distill_steps, make_optimizer
+from .batches import batch_indices
+from .loop import distill_steps, make_optimizer
 from .presets import (
     CACHE,
     DRAFTER_PRESETS,

@@ -58,8 +58,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import YggcError
+from .batches import ROLES
 from .corpus import encode_documents, load_tokenizer, read_text, split_files, stdlib_root, train_tokenizer
-from .loop import ROLES, Job, log, train_model
+from .loop import Job, log, train_model
 from .presets import CACHE, PAIR_PRESETS, PairPreset, preset_named, require_transformers
 
 

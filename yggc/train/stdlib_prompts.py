@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import YggcError
 from .corpus import corpus_files, is_heldout, read_text, rel_posix, stdlib_root
-from .prompt_sets import is_prompt_set, prompt_set_splits
+from .human_prompts import is_prompt_set, prompt_set_splits
 
 MAX_CODE_CHARS = 700
 MAX_DOC_CHARS = 500
@@ -154,7 +154,7 @@ def build_pairs(heldout: bool, root: Path | None = None) -> list[tuple[str, str]
 
 def read_chat_prompts(path: Path) -> dict[str, list[str]]:
     """The chat prompts of a --chat-prompts file by split: a chat_prompts.json of `yggc train prompts` (its
-    "train" and "heldout" lists: splits "train" and "heldout-chat") or a human-written prompt set (prompt_sets.py:
+    "train" and "heldout" lists: splits "train" and "heldout-chat") or a human-written prompt set (human_prompts.py:
     "train", "heldout-mtbench", "heldout-human"); one clear error otherwise."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))

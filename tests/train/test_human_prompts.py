@@ -2,8 +2,8 @@
 import json
 
 from yggc.train import stdlib_prompts
+from yggc.train.human_prompts import in_turn, prompt_set_splits
 from yggc.train.magpie import is_heldout
-from yggc.train.prompt_sets import in_turn, prompt_set_splits
 
 
 def prompt(source: str, text: str) -> dict:
