@@ -80,3 +80,55 @@ def read_formats(metadata: dict[str, str] | None, where: str) -> dict[str, str]:
             raise ValueError(f"{where}: tensor {name} is stored as {fmt!r}, which this yggc does not read "
                              f"(it reads {', '.join(FORMATS)}); upgrade yggc or re-import the model")
     return formats
+
+
+FORMAT_CODES = {"q8_0": 0, "q4_0": 1, "q4_1": 2}  # the kernel op's `format` argument
+GROUP = 16  # columns (weight rows) per group of the kernel's layout
+
+
+def pack_blocks(blocks: torch.Tensor, fmt: str) -> torch.Tensor:
+    """blocks [N, K / 32 * bytes] uint8 -> the kernel's layout [ceil(N / 16), K / 32, 16 * bytes] uint8
+    (yggc/artifacts/kernels/quant_linear.cpp): per group of 16 columns and block, their fp16 scales d, (q4_1) their
+    minimums m, then their quants word-major ([word][column][4 bytes]); columns past N zero."""
+    size = FORMATS[fmt].block_bytes
+    n, nb = blocks.shape[0], blocks.shape[1] // size
+    groups = -(-n // GROUP)
+    raw = torch.cat([blocks, blocks.new_zeros(groups * GROUP - n, blocks.shape[1])])
+    raw = raw.view(groups, GROUP, nb, size).transpose(1, 2)  # [G, nb, 16, bytes]
+    head = 4 if fmt == "q4_1" else 2
+    scales = [raw[..., i:i + 2] for i in range(0, head, 2)]  # [G, nb, 16, 2] each: d, then m
+    quants = raw[..., head:].unflatten(-1, (-1, 4)).transpose(2, 3)  # [G, nb, words, 16, 4]
+    return torch.cat([*(s.flatten(2) for s in scales), quants.flatten(2)], dim=-1).contiguous()
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (q [M, K / 32, 32] int32 in -127..127, d [M, K / 32] float32): per block of 32, d = max|x| / 127
+    and q = x (1 / d) rounded to nearest, ties to even (0 where d is 0): the kernel's activation quantization."""
+    v = x.float().unflatten(-1, (-1, BLOCK))
+    d = v.abs().amax(-1) / 127
+    inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+    return torch.round(v * inv[..., None]).to(torch.int32), d
+
+
+def block_matmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str) -> torch.Tensor:
+    """x [M, K] times the weight `blocks` [N, K / 32 * bytes] stored as `fmt`, transposed -> [M, N] float32, in the
+    kernel's arithmetic (quant_linear.cpp): integer dots of the quantized rows with each block, then per column, blocks
+    in k order from zero, acc + (d_w d_x) dot (q4_1: acc + ((d_w d_x) dot + (m_w d_x) s)). The kernel's reference."""
+    spec = FORMATS[fmt]
+    q, dx = quantize_rows(x)  # [M, nb, 32], [M, nb]
+    raw = blocks.reshape(blocks.shape[0], -1, spec.block_bytes)  # [N, nb, bytes]
+    dw = _halves(raw, 0)[..., 0]  # [N, nb]
+    if fmt == "q8_0":
+        wq = raw[..., 2:].contiguous().view(torch.int8).to(torch.int32)
+    else:
+        wq = torch.cat((raw[..., -16:] & 0x0F, raw[..., -16:] >> 4), -1).to(torch.int32) - (8 if fmt == "q4_0" else 0)
+    dot = torch.einsum("mbk,nbk->mnb", q.double(), wq.double()).to(torch.int32)  # exact: |dot| < 2^20
+    s = q.sum(-1)  # [M, nb]
+    acc = torch.zeros(x.shape[0], blocks.shape[0])
+    for b in range(raw.shape[1]):
+        scale = dw[None, :, b] * dx[:, None, b]
+        term = scale * dot[..., b].float()
+        if fmt == "q4_1":
+            term = term + (_halves(raw, 2)[None, :, b, 0] * dx[:, None, b]) * s[:, None, b].float()
+        acc = acc + term
+    return acc
