@@ -19,7 +19,6 @@ from yggc.passes.pipeline import CompileJob, compile_bundle
 from yggc.artifacts.cache_layout import causal_rows
 from yggc.bundle import load_manifest
 from yggc.cli.main import main
-from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 
