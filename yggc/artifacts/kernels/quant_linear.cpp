@@ -88,98 +88,148 @@ inline int32_t quad(const int8_t* q) {  // 4 consecutive int8 as one 32-bit word
   return w;
 }
 
-// dot[j] = sum over the block's 32 k of column j's quant times q[k]: q8_0 quants signed, q4 ones the nibbles 0..15
+// dot[r][j] = sum over the block's 32 k of column j's quant times row r's q[r][k], for R rows at once (one load of
+// the quants, R independent chains): q8_0 quants signed, q4 ones the nibbles 0..15. Exact, so any grouping of rows
+// gives the same sums.
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-inline void block_dots(const uint8_t* quants, int64_t fmt, const int8_t* q, int32_t sum, int32_t* dot) {
-  __m512i acc = _mm512_setzero_si512();
+template <int R>
+inline void block_dots(const uint8_t* quants, int64_t fmt, const int8_t* const* q, const int32_t* sum,
+                       int32_t (*dot)[kCols]) {
+  __m512i acc[2][R];  // two chains a row (even and odd words): VPDPBUSD's latency, not its throughput, binds one row
+  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm512_setzero_si512();
   if (fmt == kQ8_0) {  // VPDPBUSD takes unsigned bytes first: (w + 128) . q = w . q + 128 s
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int t = 0; t < 8; ++t) {
       const __m512i w = _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * t), flip);
-      acc = _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(quad(q + 4 * t)));
+      for (int r = 0; r < R; ++r)
+        acc[t & 1][r] = _mm512_dpbusd_epi32(acc[t & 1][r], w, _mm512_set1_epi32(quad(q[r] + 4 * t)));
     }
-    acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(128 * sum));
+    for (int r = 0; r < R; ++r) acc[0][r] = _mm512_sub_epi32(acc[0][r], _mm512_set1_epi32(128 * sum[r]));
   } else {
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int t = 0; t < 4; ++t) {
       const __m512i w = _mm512_loadu_si512(quants + 64 * t);
-      acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(w, low), _mm512_set1_epi32(quad(q + 4 * t)));
-      acc = _mm512_dpbusd_epi32(acc, _mm512_and_si512(_mm512_srli_epi16(w, 4), low),
-                                _mm512_set1_epi32(quad(q + 16 + 4 * t)));
+      const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+      for (int r = 0; r < R; ++r) {
+        acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], lo, _mm512_set1_epi32(quad(q[r] + 4 * t)));
+        acc[1][r] = _mm512_dpbusd_epi32(acc[1][r], hi, _mm512_set1_epi32(quad(q[r] + 16 + 4 * t)));
+      }
     }
   }
-  _mm512_storeu_si512(dot, acc);
+  for (int r = 0; r < R; ++r) _mm512_storeu_si512(dot[r], _mm512_add_epi32(acc[0][r], acc[1][r]));
 }
 #elif defined(__AVX2__)
 inline __m256i dot_words(__m256i u, __m256i s) {  // per 32-bit lane: sum of 4 products u8 * s8 (no saturation here)
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-inline void block_dots(const uint8_t* quants, int64_t fmt, const int8_t* q, int32_t, int32_t* dot) {
+template <int R>
+inline void block_dots(const uint8_t* quants, int64_t fmt, const int8_t* const* q, const int32_t*,
+                       int32_t (*dot)[kCols]) {
   for (int h = 0; h < 2; ++h) {  // columns 0..7, then 8..15
-    __m256i acc = _mm256_setzero_si256();
+    __m256i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
     if (fmt == kQ8_0) {  // signed by signed: |w| . (q with w's sign); each pair's sum stays within int16
       for (int t = 0; t < 8; ++t) {
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * t + 32 * h));
-        const __m256i x = _mm256_set1_epi32(quad(q + 4 * t));
-        acc = _mm256_add_epi32(acc, dot_words(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)));
+        const __m256i wa = _mm256_sign_epi8(w, w);
+        for (int r = 0; r < R; ++r)
+          acc[r] = _mm256_add_epi32(acc[r], dot_words(wa, _mm256_sign_epi8(_mm256_set1_epi32(quad(q[r] + 4 * t)), w)));
       }
     } else {
       const __m256i low = _mm256_set1_epi8(0x0F);
       for (int t = 0; t < 4; ++t) {
         const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + 64 * t + 32 * h));
-        acc = _mm256_add_epi32(acc, dot_words(_mm256_and_si256(w, low), _mm256_set1_epi32(quad(q + 4 * t))));
-        acc = _mm256_add_epi32(acc, dot_words(_mm256_and_si256(_mm256_srli_epi16(w, 4), low),
-                                              _mm256_set1_epi32(quad(q + 16 + 4 * t))));
+        const __m256i lo = _mm256_and_si256(w, low), hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
+        for (int r = 0; r < R; ++r) {
+          acc[r] = _mm256_add_epi32(acc[r], dot_words(lo, _mm256_set1_epi32(quad(q[r] + 4 * t))));
+          acc[r] = _mm256_add_epi32(acc[r], dot_words(hi, _mm256_set1_epi32(quad(q[r] + 16 + 4 * t))));
+        }
       }
     }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dot + 8 * h), acc);
+    for (int r = 0; r < R; ++r) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dot[r] + 8 * h), acc[r]);
   }
 }
 #else
-inline void block_dots(const uint8_t* quants, int64_t fmt, const int8_t* q, int32_t, int32_t* dot) {
-  for (int64_t j = 0; j < kCols; ++j) {
-    int32_t acc = 0;
-    if (fmt == kQ8_0) {
-      for (int64_t k = 0; k < kBlock; ++k)
-        acc += static_cast<int8_t>(quants[(k / 4) * 64 + 4 * j + k % 4]) * q[k];
-    } else {
-      for (int64_t k = 0; k < kBlock / 2; ++k) {
-        const uint8_t byte = quants[(k / 4) * 64 + 4 * j + k % 4];
-        acc += (byte & 0x0F) * q[k] + (byte >> 4) * q[16 + k];
+template <int R>
+inline void block_dots(const uint8_t* quants, int64_t fmt, const int8_t* const* q, const int32_t*,
+                       int32_t (*dot)[kCols]) {
+  for (int r = 0; r < R; ++r) {
+    for (int64_t j = 0; j < kCols; ++j) {
+      int32_t acc = 0;
+      if (fmt == kQ8_0) {
+        for (int64_t k = 0; k < kBlock; ++k)
+          acc += static_cast<int8_t>(quants[(k / 4) * 64 + 4 * j + k % 4]) * q[r][k];
+      } else {
+        for (int64_t k = 0; k < kBlock / 2; ++k) {
+          const uint8_t byte = quants[(k / 4) * 64 + 4 * j + k % 4];
+          acc += (byte & 0x0F) * q[r][k] + (byte >> 4) * q[r][16 + k];
+        }
       }
+      dot[r][j] = acc;
     }
-    dot[j] = acc;
   }
 }
 #endif
+
+constexpr int64_t kDotRows = 4;  // rows whose dots one load of a block's quants serves
+
+// rows [0, R) of a tile: their dots with one block of a group
+inline void tile_dots(int64_t R, const uint8_t* quants, int64_t fmt, const int8_t* const* q, const int32_t* sum,
+                      int32_t (*dot)[kCols]) {
+  switch (R) {
+    case 4: block_dots<4>(quants, fmt, q, sum, dot); break;
+    case 3: block_dots<3>(quants, fmt, q, sum, dot); break;
+    case 2: block_dots<2>(quants, fmt, q, sum, dot); break;
+    default: block_dots<1>(quants, fmt, q, sum, dot); break;
+  }
+}
+
+// 16 fp16 -> float32 (exact)
+inline void widen_halves(const uint8_t* from, float* to) {
+#if defined(__AVX512F__)
+  _mm512_store_ps(to, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from))));
+#elif defined(__F16C__)
+  for (int h = 0; h < 2; ++h)
+    _mm256_store_ps(to + 8 * h, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from) + h)));
+#else
+  const auto* halves = reinterpret_cast<const c10::Half*>(from);
+  for (int64_t j = 0; j < kCols; ++j) to[j] = static_cast<float>(halves[j]);
+#endif
+}
 
 // the sums of rows [m0, m0 + rows) for one group of columns over every block -> out (cols real columns)
 void group_rows(const QuantRows& x, int64_t K, int64_t m0, int64_t rows, const uint8_t* group, int64_t fmt,
                 float* out, int64_t ldo, int64_t cols) {
   const int64_t nb = K / kBlock, gb = group_bytes(fmt), sb = scale_bytes(fmt);
-  alignas(64) float acc[kRowTile][kCols] = {};
-  alignas(64) int32_t dot[kCols];
-  float dw[kCols], mw[kCols];
+  alignas(64) float acc[kRowTile][kCols];
+  alignas(64) int32_t dot[kDotRows][kCols];
+  const int8_t* q[kDotRows];
+  int32_t sums[kDotRows];
+  alignas(64) float dw[kCols], mw[kCols];
+  for (int64_t r = 0; r < rows; ++r) std::fill(acc[r], acc[r] + kCols, 0.f);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* g = group + b * gb;
-    const auto* halves = reinterpret_cast<const c10::Half*>(g);
-    for (int64_t j = 0; j < kCols; ++j) {
-      dw[j] = static_cast<float>(halves[j]);  // exact
-      mw[j] = fmt == kQ4_1 ? static_cast<float>(halves[kCols + j]) : 0.f;
-    }
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t m = m0 + r;
-      const float dx = x.d[m * nb + b];
-      const int32_t s = x.s[m * nb + b];
-      block_dots(g + sb, fmt, &x.q[m * K + b * kBlock], s, dot);
-      if (fmt == kQ4_1) {
-        for (int64_t j = 0; j < kCols; ++j)
-          acc[r][j] = acc[r][j] + ((dw[j] * dx) * static_cast<float>(dot[j]) + (mw[j] * dx) * static_cast<float>(s));
-      } else {
-        const int32_t shift = fmt == kQ4_0 ? 8 * s : 0;
-        for (int64_t j = 0; j < kCols; ++j)
-          acc[r][j] = acc[r][j] + (dw[j] * dx) * static_cast<float>(dot[j] - shift);
+    widen_halves(g, dw);  // exact
+    if (fmt == kQ4_1) widen_halves(g + 2 * kCols, mw);
+    for (int64_t r0 = 0; r0 < rows; r0 += kDotRows) {
+      const int64_t R = std::min(kDotRows, rows - r0);
+      for (int64_t i = 0; i < R; ++i) {
+        q[i] = &x.q[(m0 + r0 + i) * K + b * kBlock];
+        sums[i] = x.s[(m0 + r0 + i) * nb + b];
+      }
+      tile_dots(R, g + sb, fmt, q, sums, dot);
+      for (int64_t i = 0; i < R; ++i) {
+        float* a = acc[r0 + i];
+        const float dx = x.d[(m0 + r0 + i) * nb + b];
+        const int32_t s = sums[i];
+        if (fmt == kQ4_1) {
+          for (int64_t j = 0; j < kCols; ++j)
+            a[j] = a[j] + ((dw[j] * dx) * static_cast<float>(dot[i][j]) + (mw[j] * dx) * static_cast<float>(s));
+        } else {
+          const int32_t shift = fmt == kQ4_0 ? 8 * s : 0;
+          for (int64_t j = 0; j < kCols; ++j) a[j] = a[j] + (dw[j] * dx) * static_cast<float>(dot[i][j] - shift);
+        }
       }
     }
   }
