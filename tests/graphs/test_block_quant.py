@@ -12,6 +12,7 @@ from gguf_files import write_gguf
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from yggc.graphs import CheckpointError, block_quant, load_model
+from yggc.graphs.eagle3_checkpoint import read_embedding
 from yggc.graphs.gguf_import import import_gguf, unpermute_rope_rows
 
 from yggc.artifacts.cache_layout import causal_rows
@@ -75,6 +76,7 @@ def test_import_keeps_the_blocks_bit_for_bit(verifier, fmt, tmp_path):
     dequantized = import_gguf(path, tmp_path / "float")  # what the import wrote before blocks were kept
     ids = [5, 17, 3, 250, 42, 9]
     assert torch.equal(logits_of(out, ids), logits_of(dequantized, ids))
+    assert torch.equal(read_embedding(out), read_embedding(dequantized))  # what an EAGLE-3 head's pairing checks
 
 
 def test_other_quantized_types_dequantize_with_one_warning(verifier, tmp_path):
