@@ -138,3 +138,18 @@ def test_the_verifier_package_calls_the_op_and_inspect_shows_the_format(bundle, 
     assert main(["inspect", str(bundle)]) == 0
     assert "dtype bfloat16, weights q8_0, opt O2" in capsys.readouterr().out
     assert json.loads((bundle / "manifest.json").read_text())["extra"]["weights"] == "q8_0"
+
+
+@pytest.mark.parametrize("model, weights, streams, want", [
+    ("m.gguf", None, True, FILE),  # a GGUF compiles in its own formats where the target streams blocks
+    ("m.gguf", None, False, ""),  # elsewhere (O1, CUDA, several ranks) it stays float, as before
+    ("folder", None, True, ""),  # a Hugging Face folder stays --dtype unless told
+    ("folder", "q4_0", True, "q4_0"),
+    ("m.gguf", "float32", True, ""),
+])
+def test_the_weight_format_a_compile_takes(model, weights, streams, want):
+    from argparse import Namespace
+
+    from yggc.cli.compile import weight_format
+
+    assert weight_format(Namespace(model=model, weights=weights, dtype="float32"), streams) == want
