@@ -198,6 +198,28 @@ inline void widen_halves(const uint8_t* from, float* to) {
 #endif
 }
 
+// one row's sums a[16] plus one block: a + (d_w d_x) (dot - 8 s for q4_0), q4_1 a + ((d_w d_x) dot + (m_w d_x) s)
+inline void add_block(float* a, const float* dw, const float* mw, float dx, const int32_t* dot, int32_t s,
+                      int64_t fmt) {
+#if defined(__AVX512F__)  // the same operations as below, 16 lanes at once
+  const __m512 vdx = _mm512_set1_ps(dx);
+  __m512i d = _mm512_load_si512(dot);
+  if (fmt == kQ4_0) d = _mm512_sub_epi32(d, _mm512_set1_epi32(8 * s));
+  __m512 t = _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(dw), vdx), _mm512_cvtepi32_ps(d));
+  if (fmt == kQ4_1)
+    t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(_mm512_load_ps(mw), vdx), _mm512_set1_ps(static_cast<float>(s))));
+  _mm512_store_ps(a, _mm512_add_ps(_mm512_load_ps(a), t));
+#else
+  if (fmt == kQ4_1) {
+    for (int64_t j = 0; j < kCols; ++j)
+      a[j] = a[j] + ((dw[j] * dx) * static_cast<float>(dot[j]) + (mw[j] * dx) * static_cast<float>(s));
+  } else {
+    const int32_t shift = fmt == kQ4_0 ? 8 * s : 0;
+    for (int64_t j = 0; j < kCols; ++j) a[j] = a[j] + (dw[j] * dx) * static_cast<float>(dot[j] - shift);
+  }
+#endif
+}
+
 // the sums of rows [m0, m0 + rows) for one group of columns over every block -> out (cols real columns)
 void group_rows(const QuantRows& x, int64_t K, int64_t m0, int64_t rows, const uint8_t* group, int64_t fmt,
                 float* out, int64_t ldo, int64_t cols) {
@@ -219,18 +241,8 @@ void group_rows(const QuantRows& x, int64_t K, int64_t m0, int64_t rows, const u
         sums[i] = x.s[(m0 + r0 + i) * nb + b];
       }
       tile_dots(R, g + sb, fmt, q, sums, dot);
-      for (int64_t i = 0; i < R; ++i) {
-        float* a = acc[r0 + i];
-        const float dx = x.d[(m0 + r0 + i) * nb + b];
-        const int32_t s = sums[i];
-        if (fmt == kQ4_1) {
-          for (int64_t j = 0; j < kCols; ++j)
-            a[j] = a[j] + ((dw[j] * dx) * static_cast<float>(dot[i][j]) + (mw[j] * dx) * static_cast<float>(s));
-        } else {
-          const int32_t shift = fmt == kQ4_0 ? 8 * s : 0;
-          for (int64_t j = 0; j < kCols; ++j) a[j] = a[j] + (dw[j] * dx) * static_cast<float>(dot[i][j] - shift);
-        }
-      }
+      for (int64_t i = 0; i < R; ++i)
+        add_block(acc[r0 + i], dw, mw, x.d[(m0 + r0 + i) * nb + b], dot[i], sums[i], fmt);
     }
   }
   for (int64_t r = 0; r < rows; ++r) std::copy(acc[r], acc[r] + cols, out + (m0 + r) * ldo);
