@@ -14,6 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
+from . import block_quant
 from .config import CheckpointError, ModelConfig
 from .llama import LlamaGraph
 
@@ -56,22 +57,38 @@ def weight_files(model_dir: Path) -> list[Path]:
 
 
 def read_hf_tensors(model_dir: Path, cut=None) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint; with `cut(name, shape) -> (dim, start, stop) | None`, only that range of
-    each tensor is read from the file (a tensor-parallel rank's slice), the whole tensor where it says None."""
-    tensors = {}
+    """Every tensor of the checkpoint, block-quantized ones dequantized to float32 (graphs/block_quant.py); with
+    `cut(name, shape) -> (dim, start, stop) | None`, only that range of each tensor (a tensor-parallel rank's slice),
+    the whole tensor where it says None."""
+    tensors, formats = read_stored_tensors(model_dir, cut)
+    for name, fmt in formats.items():
+        w = block_quant.dequantize(tensors[name], fmt)
+        part = cut and cut(name, tuple(w.shape))
+        tensors[name] = w if part is None else w.narrow(part[0], part[1], part[2] - part[1]).contiguous()
+    return tensors
+
+
+def read_stored_tensors(model_dir: Path, cut=None) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every tensor as stored (`cut` as read_hf_tensors', never applied to block tensors, which come whole) ->
+    (tensors, {name: block format} of the block-quantized ones)."""
+    tensors, formats = {}, {}
     for f in weight_files(model_dir):
         try:
             with safe_open(str(f), framework="pt") as st:
+                kept = block_quant.read_formats(st.metadata(), str(f))
                 for name in st.keys():
-                    part = cut and cut(name, st.get_slice(name).get_shape())
-                    if part is None:
+                    part = cut and name not in kept and cut(name, st.get_slice(name).get_shape())
+                    if not part:
                         tensors[name] = st.get_tensor(name)
                     else:
                         dim, start, stop = part
                         tensors[name] = st.get_slice(name)[(slice(None),) * dim + (slice(start, stop),)]
+                formats.update(kept)
+        except ValueError as e:  # an unknown block format: the message says it all
+            raise CheckpointError(str(e)) from None
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
             raise CheckpointError(f"{f} cannot be read as safetensors ({e})") from None
-    return tensors
+    return tensors, formats
 
 
 def shard_groups(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:

@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from . import block_quant
 from .checkpoint import _check_dir, _read_json, load_config, materialize, read_hf_tensors, weight_files, write_weights
 from .config import CheckpointError, ModelConfig
 from .eagle3 import Eagle3Config, Eagle3Graph, default_feature_layers
@@ -98,14 +99,19 @@ EMBEDDING_KEYS = ("model.embed_tokens.weight", "embed_tokens.weight")
 
 
 def read_embedding(verifier_dir: Path) -> torch.Tensor:
-    """The verifier's token embedding [V, H], read alone from its safetensors (or from EMBEDDING_ONLY)."""
+    """The verifier's token embedding [V, H], read alone from its safetensors (or from EMBEDDING_ONLY); stored as
+    blocks (a GGUF's Q8_0 table), dequantized to float32."""
     alone = verifier_dir / EMBEDDING_ONLY
     for f in [alone] if alone.is_file() else weight_files(verifier_dir):
         try:
             with safe_open(str(f), framework="pt") as st:
+                formats = block_quant.read_formats(st.metadata(), str(f))
                 for key in EMBEDDING_KEYS:
                     if key in st.keys():
-                        return st.get_tensor(key)
+                        t = st.get_tensor(key)
+                        return block_quant.dequantize(t, formats[key]) if key in formats else t
+        except ValueError as e:  # an unknown block format: the message says it all
+            raise CheckpointError(str(e)) from None
         except Exception as e:  # safetensors' own error types for truncated/corrupt files
             raise CheckpointError(f"{f} cannot be read as safetensors ({e})") from None
     raise CheckpointError(f"{verifier_dir}: the verifier's embed_tokens.weight is missing")

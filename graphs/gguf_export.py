@@ -16,8 +16,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from safetensors.torch import load_file
 
+from .checkpoint import read_hf_tensors
 from .config import CheckpointError, ModelConfig
 from .gguf_import import GLOBAL_NAMES, LAYER_NAMES
 
@@ -103,7 +103,7 @@ def add_metadata(w: gguf.GGUFWriter, model_dir: Path, cfg: ModelConfig, qtype: Q
 
 
 def add_tensors(w: gguf.GGUFWriter, model_dir: Path, cfg: ModelConfig, qtype: Q) -> None:
-    for name, t in load_file(str(model_dir / "model.safetensors")).items():
+    for name, t in read_hf_tensors(model_dir).items():  # block-quantized ones dequantized
         if cfg.tie_word_embeddings and name == "lm_head.weight":
             continue
         a = t.float().numpy()

@@ -2,9 +2,11 @@
 
 Read with the `gguf` package, llama.cpp's own reader and dequantizer: nothing is parsed by hand and
 nothing is unpickled. Llama-architecture files only. Weights are dequantized to float32 and stored as
-`--dtype` (float32 keeps the dequantized values exactly). llama.cpp's converter permutes the rows of
-the Q and K projections for its RoPE layout; the import undoes that, so the folder equals what
-transformers' own GGUF loading builds.
+`--dtype` (float32 keeps the dequantized values exactly); with keep_blocks (what -m MODEL.gguf imports), the
+Q8_0, Q4_0 and Q4_1 matrices stay as their raw blocks instead (graphs/block_quant.py: uint8 tensors, the format
+named in the file's metadata), and matrices of other quantized types are dequantized, with one warning line.
+llama.cpp's converter permutes the rows of the Q and K projections for its RoPE layout; the import undoes that
+(rows of blocks move as whole rows), so the folder equals what transformers' own GGUF loading builds.
 
 Supported tensor types: SUPPORTED_TYPES (float and the common block quantizations); any other type
 is one CheckpointError naming it.
@@ -24,6 +26,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 from safetensors.torch import save_file
 
+from . import block_quant
 from .config import CheckpointError
 from .gguf_tokenizer import field, gguf_tokenizer, gguf_tokenizer_config
 
@@ -100,24 +103,51 @@ def hf_name(name: str, where: str) -> str:
     raise CheckpointError(f"{where}: tensor {name!r} has no Llama counterpart; the file is not a plain llama model")
 
 
-def gguf_tensors(reader: GGUFReader, cfg: dict, dtype: torch.dtype, where: str) -> dict[str, torch.Tensor]:
-    """Every tensor dequantized, renamed to Hugging Face's names, Q/K rows in HF order, as `dtype`."""
-    out = {}
+def kept_format(t, keep_blocks: bool) -> str | None:
+    """The block format a tensor stays in (keep_blocks, a matrix of a type yggc's kernels read), else None."""
+    spec = block_quant.BY_GGML_TYPE.get(t.tensor_type.name)
+    return spec.name if keep_blocks and spec is not None and len(t.shape) == 2 else None
+
+
+def gguf_tensors(reader: GGUFReader, cfg: dict, dtype: torch.dtype, where: str,
+                 keep_blocks: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every tensor renamed to Hugging Face's names, Q/K rows in HF order: dequantized as `dtype`, or (keep_blocks)
+    Q8_0/Q4_0/Q4_1 matrices as their raw blocks [N, K / 32 * bytes] uint8 -> (tensors, {name: block format})."""
+    out, formats = {}, {}
     for t in reader.tensors:
         if t.tensor_type not in SUPPORTED_TYPES:
             raise CheckpointError(f"{where}: tensor {t.name} has type {t.tensor_type.name}, which yggc does not "
                                   f"import; supported: {', '.join(q.name for q in SUPPORTED_TYPES)}")
-        w = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)  # a writable copy
+        fmt = kept_format(t, keep_blocks)
+        if fmt is not None:
+            w = np.array(t.data, dtype=np.uint8)  # [N, K / 32 * bytes], a writable copy
+        else:
+            w = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)
         if t.name.endswith("attn_q.weight") or t.name.endswith("attn_q.bias"):
             w = unpermute_rope_rows(w, cfg["num_attention_heads"])
         elif t.name.endswith("attn_k.weight") or t.name.endswith("attn_k.bias"):
             w = unpermute_rope_rows(w, cfg["num_key_value_heads"])
-        out[hf_name(t.name, where)] = torch.from_numpy(np.ascontiguousarray(w)).to(dtype)
-    return out
+        name = hf_name(t.name, where)
+        w = torch.from_numpy(np.ascontiguousarray(w))
+        out[name] = w if fmt is not None else w.to(dtype)
+        if fmt is not None:
+            formats[name] = fmt
+    return out, formats
 
 
-def import_gguf(path: str | Path, out_dir: str | Path, dtype: str = "float32", overwrite: bool = False) -> Path:
-    """Write config.json, model.safetensors, tokenizer.json, tokenizer_config.json into out_dir, atomically."""
+def dequantized_types(reader: GGUFReader, keep_blocks: bool) -> list[str]:
+    """The quantized types of the file's matrices that an import keeping blocks dequantizes (no kernel reads them)."""
+    floats = {Q.F32.name, Q.F16.name, Q.BF16.name}
+    return sorted({t.tensor_type.name for t in reader.tensors
+                   if keep_blocks and len(t.shape) == 2 and kept_format(t, True) is None
+                   and t.tensor_type.name not in floats})
+
+
+def import_gguf(path: str | Path, out_dir: str | Path, dtype: str = "float32", overwrite: bool = False,
+                keep_blocks: bool = False, log=None) -> Path:
+    """Write config.json, model.safetensors, tokenizer.json, tokenizer_config.json into out_dir, atomically.
+    keep_blocks: Q8_0/Q4_0/Q4_1 matrices as their blocks (graphs/block_quant.py); `log` gets one warning line when
+    the file holds matrices of other quantized types, which are dequantized to `dtype`."""
     if dtype not in DTYPES:
         raise CheckpointError(f"unknown dtype {dtype!r}; use float32 or bfloat16")
     out = Path(out_dir)
@@ -126,13 +156,18 @@ def import_gguf(path: str | Path, out_dir: str | Path, dtype: str = "float32", o
     where = str(path)
     reader = open_gguf(path)
     cfg = gguf_config(reader, where) | {"torch_dtype": dtype}
-    tensors = gguf_tensors(reader, cfg, DTYPES[dtype], where)
+    tensors, formats = gguf_tensors(reader, cfg, DTYPES[dtype], where, keep_blocks)
+    others = dequantized_types(reader, keep_blocks)
+    if others and log is not None:
+        log(f"warning: {Path(path).name} holds {', '.join(others)} matrices, which yggc's kernels do not read: they "
+            f"are dequantized to {dtype} (it keeps Q8_0, Q4_0 and Q4_1 as stored)")
     tmp = out.parent / f".{out.name}.importing-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2))
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt", "source": Path(path).name})
+        save_file(tensors, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt", "source": Path(path).name} | block_quant.formats_metadata(formats))
         gguf_tokenizer(reader, where).save(str(tmp / "tokenizer.json"))
         (tmp / "tokenizer_config.json").write_text(json.dumps(gguf_tokenizer_config(reader), indent=2))
         if out.exists():
@@ -151,12 +186,14 @@ def cache_key(path: Path) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def cached_import(path: str | Path, cache_root: str | Path, dtype: str = "float32") -> Path:
-    """The imported folder of a GGUF file, under cache_root/<stem>-<cache key>-<dtype>; imported on first use."""
+def cached_import(path: str | Path, cache_root: str | Path, dtype: str = "float32", keep_blocks: bool = False,
+                  log=None) -> Path:
+    """The imported folder of a GGUF file, under cache_root/<stem>-<cache key>-<dtype>[-blocks]; imported on first
+    use (import_gguf's keep_blocks and log)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"GGUF file {str(path)!r} does not exist")
-    out = Path(cache_root).expanduser() / f"{path.stem}-{cache_key(path)}-{dtype}"
+    out = Path(cache_root).expanduser() / f"{path.stem}-{cache_key(path)}-{dtype}{'-blocks' * keep_blocks}"
     if not (out / "model.safetensors").is_file():
-        import_gguf(path, out, dtype, overwrite=True)
+        import_gguf(path, out, dtype, overwrite=True, keep_blocks=keep_blocks, log=log)
     return out

@@ -31,6 +31,7 @@ class CompileJob:
     calib: CalibrationSpec | None = None
     backend: str = "inductor"  # forward buckets: "inductor", or "tensorrt" (CUDA; phases stay Inductor)
     tp: int = 1  # tensor-parallel ranks of the verifier (this process is one of them; O1, a fixed shape)
+    weights: str = ""  # the verifier's linear layers: "" float (dtype), a block format, or "file" (as stored)
 
     def __post_init__(self):
         if (self.shape is None) == (self.calib is None):

@@ -31,7 +31,7 @@ from ..graphs.llama import AttendFn, attend_rowwise, set_exported_attention
 from ..graphs.moe import MoeFeedForward
 from ..runtime.draft_phase import FrozenPhase
 from ..runtime.verify_phase import GreedyVerifyPhase
-from . import external_constants, package_cache, tied_head
+from . import external_constants, package_cache, quant_linear, tied_head
 from .frozen_export import FrozenForward
 from .kernels import avx2_bf16_gemm, avx512_bf16_gemm, kernel_library
 
@@ -143,11 +143,13 @@ def lower_model(graph: LlamaGraph, max_width: int, max_seq: int, out_path: Path,
     """graph.forward (features: graph.forward_features) at every input width 1..max_width, weights frozen
     in and the caches as trailing inputs -> one package. A tied bf16 table is held once where tied_head applies;
     shared_table: (the packed table,) an EAGLE-3 head gathers its rows from, which the package then takes as its
-    last input instead of holding it (DrafterKind.package_inputs)."""
-    packs = tied_head.applies(graph, device, opt)
+    last input instead of holding it (DrafterKind.package_inputs). Layers the loader gave blocks (block_linears) read
+    them through the quantized linear op (passes/quant_linear.py)."""
+    packs, quantized = tied_head.applies(graph, device, opt), quant_linear.applies(graph, device, opt)
     if shared_table and not packs:
         raise ValueError("lower_model: a shared table needs a tied bf16 graph that tied_head applies to")
-    with tied_head.packed_table(graph, *shared_table) if packs else nullcontext():
+    with (tied_head.packed_table(graph, *shared_table) if packs else nullcontext(),
+          quant_linear.quantized_layers(graph) if quantized else nullcontext()):
         module = FrozenForward(graph, "forward_features" if features else "forward",
                                fed=("embed.packed",) if shared_table else ())
         inputs = example_inputs(min(O2_TUNE_WIDTH, max_width), max_seq, device)

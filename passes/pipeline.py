@@ -40,7 +40,7 @@ from ..runtime.drafters import (
 from ..runtime.drafters.suffix_branches import branches_by_default, with_suffix_branches
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import verifier_loader
-from . import package_cache
+from . import package_cache, quant_linear
 from .calibrate import calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
 from .contention import contention_line, measure_until_quiet
@@ -148,6 +148,7 @@ def load_checked_pair(job: CompileJob) -> dict[str, loading.LoadedModel]:
     kind.check_target(job.drafter_dir, job.device, job.backend)
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
+    quant_linear.load_blocks(verifier.graph, job.verifier_dir, job.weights)
     drafter = load_drafter(job.drafter_dir, verifier, job.dtype, job.device)
     kind.fuse_in_verifier(verifier, drafter, job.opt)
     return {"verifier": verifier, "drafter": drafter}
@@ -322,9 +323,11 @@ def stage_plan_pass(s: CompileState, note: Note) -> str:
 def write_pass(s: CompileState, note: Note) -> str:
     job = s.job
     s.writer.write_json("plan.json", replace(s.plan, adaptive=s.adaptive).to_json())
-    s.writer.finish({"device": job.device, "dtype": loading.dtype_label(job.dtype), "max_seq": job.max_seq,
+    dtype = loading.dtype_label(job.dtype)
+    s.writer.finish({"device": job.device, "dtype": dtype, "max_seq": job.max_seq,
                      "buckets": every_rank(s.buckets, job.tp),
                      "extra": {"opt": job.opt, "backend": job.backend,
+                               "weights": quant_linear.weights_label(s.loaded["verifier"].graph, dtype),
                                "package_width": package_width(job) if job.opt == OptLevel.O2 else 0, "tp": job.tp,
                                "drafter": kind_of(s.loaded["drafter"]).record(s.loaded["drafter"].graph),
                                "cxx": s.cxx,

@@ -59,7 +59,8 @@ def main(argv=None) -> None:
         # each round: every fn's median over per_round calls, the fns taking turns call by call
         rounds = [steady_ms_each(fns, args.per_round, rounds=1) for _ in range(args.repeats)]
     gbs = [n_bytes / r["floor"] / 1e6 for r in rounds]
-    print(f"{args.dtype}, {args.threads} threads, {args.context} cached tokens, {n_bytes / 1e6:.1f} MB of weights; "
+    print(f"{args.dtype} ({args.weights or args.dtype} linear weights), {args.threads} threads, {args.context} cached "
+          f"tokens, {n_bytes / 1e6:.1f} MB of weights; "
           f"{args.repeats} rounds, the memory at {min(gbs):.0f}-{max(gbs):.0f} GB/s; medians in ms")
     print("\n".join(summary(rounds, widths)))
 

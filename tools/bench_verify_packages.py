@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from yggc.passes import quant_linear
 from yggc.passes.lower import lower_model
 from yggc.passes.profile import bucket_call
 
@@ -36,7 +37,11 @@ PACKAGE_WIDTH = 64  # the verifier package's widest call, as a compile lowers it
 
 
 def load(args) -> loading.LoadedModel:
-    return loading.load(args.model, loading.parse_dtype(args.dtype), args.max_seq)
+    """The verifier (-m: a folder or a .gguf), its linear layers streaming --weights' blocks where it names a format."""
+    folder = loading.model_dir(args.model)
+    loaded = loading.load(folder, loading.parse_dtype(args.dtype), args.max_seq)
+    quant_linear.load_blocks(loaded.graph, folder, args.weights)
+    return loaded
 
 
 def prefilled(args, package: Path) -> tuple[CompiledModel, loading.LoadedModel]:
@@ -109,6 +114,8 @@ def add_call_args(ap: argparse.ArgumentParser, widths: str, prefix: str, repeats
     ap.add_argument("--max-seq", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=60, help=prefix + repeats)
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--weights", default="", choices=["", "q8_0", "q4_0", "q4_1", "file"],
+                    help="the linear layers' block format (file: a .gguf's own); default: float, as --dtype")
 
 
 def main(argv=None) -> None:

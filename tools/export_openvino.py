@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--optimum-cli", type=Path, metavar="PATH", help="the optimum-cli executable to run")
     args = p.parse_args(argv)
     try:
-        out = export_ir(model_dir(args.model), args.out, args.weight_format, args.optimum_cli)
+        out = export_ir(model_dir(args.model, keep_blocks=False), args.out, args.weight_format, args.optimum_cli)
     except USER_ERRORS as e:
         print(f"export_openvino: error: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""Build yggc's CPU kernel library (yggc/artifacts/kernels/*.cpp: the attention and tied-head ops) for this CPU.
+"""Build yggc's CPU kernel library (yggc/artifacts/kernels/*.cpp: the attention, tied-head and quantized linear ops) for this CPU.
 
 The library is compiled once per source, torch build and CPU capability with the C++ compiler Inductor
 already needs, cached under ~/.cache/yggc/kernels, and copied beside every CPU package lowered with it
@@ -52,6 +52,10 @@ def _fake_tied_head(x: torch.Tensor, packed: torch.Tensor, vocab: int) -> torch.
     return x.new_empty(x.shape[0], vocab, dtype=torch.float32)  # [W, vocab]
 
 
+def _fake_quant_linear(x: torch.Tensor, packed: torch.Tensor, fmt: int, n: int) -> torch.Tensor:
+    return x.new_empty(x.shape[0], n, dtype=torch.float32)  # [W, n]
+
+
 @cache
 def build() -> Path:
     """The library for this machine, compiled on first use, loaded into this process and traceable by export."""
@@ -72,6 +76,7 @@ def build() -> Path:
     kernel_ops.load(library)
     torch.library.register_fake(f"{kernel_ops.NAMESPACE}::{kernel_ops.ATTEND_OP}")(_fake_attend_rows)
     torch.library.register_fake(f"{kernel_ops.NAMESPACE}::{kernel_ops.HEAD_OP}")(_fake_tied_head)
+    torch.library.register_fake(f"{kernel_ops.NAMESPACE}::{kernel_ops.QUANT_OP}")(_fake_quant_linear)
     return library
 
 

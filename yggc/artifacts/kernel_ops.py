@@ -6,6 +6,8 @@
 - `yggc::tied_head_v2`: a tied LM head read from the blocked bf16 table the embedding is gathered from too
   (kernels/tied_head.cpp; passes/tied_head.py lays the table out, in blocks of 16 or 64 columns). The library
   also registers `tied_head_v1` (blocks of 16 only), which packages compiled before v2 call;
+- `yggc::quant_linear_v1`: a linear layer over ggml's Q8_0/Q4_0/Q4_1 blocks, activations quantized per row
+  (kernels/quant_linear.cpp; passes/quant_linear.py lays the blocks out in groups of 16 columns);
 - `yggc::verify_tree_inputs_v1` and `yggc::verify_tree_accept_v1`: the greedy verify phase's tree work before and
   after the verifier's call (kernels/verify_tree.cpp; runtime/verify_phase.py calls them where the process has
   them, else tree/verify_host.py's Python, which gives the same results);
@@ -35,6 +37,7 @@ from ..errors import YggcError
 
 NAMESPACE, ATTEND_OP, HEAD_OP = "yggc", "attend_rows_v3", "tied_head_v2"
 TREE_INPUTS_OP, TREE_ACCEPT_OP = "verify_tree_inputs_v1", "verify_tree_accept_v1"
+QUANT_OP = "quant_linear_v1"
 # every op some library version registers
 KNOWN_OPS = ("attend_rows_v1", "attend_rows_v2", ATTEND_OP, "tied_head_v1", HEAD_OP)
 REGISTER = "yggc_register_ops"  # the library's entry point
@@ -42,7 +45,7 @@ RUNNER_CLASSES = ("PackageRunnerV2", "PackageRunnerV1")  # torch's package loade
 # (kernels/package_runner.cpp), newest first: V2 also runs the greedy verify phase in one call (verify_tree)
 LIBRARY = "yggc_kernels.so"
 SOURCES = tuple(Path(__file__).with_name("kernels") / name
-                for name in ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp", "verify_tree.cpp",
+                for name in ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp", "quant_linear.cpp", "verify_tree.cpp",
                              "package_runner.cpp", "register_ops.cpp"))
 
 
@@ -51,7 +54,7 @@ def has_op(name: str) -> bool:
 
 
 def registered() -> bool:
-    return has_op(ATTEND_OP) and has_op(HEAD_OP)
+    return has_op(ATTEND_OP) and has_op(HEAD_OP) and has_op(QUANT_OP)
 
 
 def load(library: Path) -> None:
@@ -105,6 +108,12 @@ def tied_head(x: torch.Tensor, packed: torch.Tensor, vocab: int) -> torch.Tensor
     """x [W, K] bf16; packed [ceil(vocab / C), K / 2, C, 2] bf16, C = 16 or 64 -> logits [W, vocab] float32 (load()
     first)."""
     return getattr(getattr(torch.ops, NAMESPACE), HEAD_OP)(x, packed, vocab)
+
+
+def quant_linear(x: torch.Tensor, packed: torch.Tensor, fmt: int, n: int) -> torch.Tensor:
+    """x [W, K] bf16 or float32; packed [ceil(n / 16), K / 32, group bytes] uint8 (graphs/block_quant.pack_blocks),
+    fmt its FORMAT_CODES code -> [W, n] float32 (load() first)."""
+    return getattr(getattr(torch.ops, NAMESPACE), QUANT_OP)(x, packed, fmt, n)
 
 
 def has_tree_ops() -> bool:

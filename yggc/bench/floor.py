@@ -39,8 +39,12 @@ def copy_gbs(n_bytes: int, repeats: int = 7) -> float:
 
 
 def weight_bytes(module: torch.nn.Module) -> int:
-    """Parameter bytes (tied weights once); the KV cache buffers are not weights."""
-    return sum(p.numel() * p.element_size() for p in module.parameters())
+    """Parameter bytes (tied weights once); the KV cache buffers are not weights. A linear layer that streams blocks
+    (a graph's block_linears, passes/quant_linear.py) counts its blocks' bytes instead of its float weight's."""
+    blocks = getattr(module, "block_linears", None) or {}
+    replaced = {id(module.get_submodule(name).weight) for name in blocks}
+    return (sum(p.numel() * p.element_size() for p in module.parameters() if id(p) not in replaced)
+            + sum(b.blocks.numel() for b in blocks.values()))
 
 
 def verifier_weight_bytes(m: Models) -> int:

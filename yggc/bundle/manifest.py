@@ -91,6 +91,12 @@ class Manifest:
         return manifest
 
     @property
+    def weights(self) -> str:
+        """What the verifier's linear layers stream (extra.weights: "q4_1", "q8_0 + bfloat16 (1 layer)"; the dtype
+        where a bundle does not record it)."""
+        return self.extra.get("weights", self.dtype)
+
+    @property
     def opt(self) -> OptLevel:
         """The optimisation level the bundle was compiled at (extra.opt; O1 where a bundle does not record one)."""
         return OptLevel(self.extra.get("opt", OptLevel.O1))

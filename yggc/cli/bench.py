@@ -132,8 +132,9 @@ def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
     if args.model_draft is not None and args.model is None:
         raise YggcError("-md needs -m: name the verifier the drafter belongs to")
     if args.model is not None:
-        drafter = None if args.model_draft is None else loading.model_dir(args.model_draft)
-        return loading.model_dir(args.model), drafter
+        # dequantized folders: the peer rows (transformers, OpenVINO, the llama.cpp export) read them as checkpoints
+        drafter = None if args.model_draft is None else loading.model_dir(args.model_draft, keep_blocks=False)
+        return loading.model_dir(args.model, keep_blocks=False), drafter
     if args.bundle is not None:
         if not weights_in_bundle(load_manifest(args.bundle), "verifier"):
             raise YggcError(f"{args.bundle} keeps the verifier's weights only in its compiled package (O2), and the "

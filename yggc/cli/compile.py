@@ -52,14 +52,32 @@ def compile_command(args: argparse.Namespace) -> int:
         from .ranks import launch_ranks
 
         return launch_ranks(world, compile_command, args)
+    opt = args.opt or (OptLevel.O1 if world > 1 else DEFAULT_OPT[args.device])
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
                      None if calib else tree_shape(args), loading.parse_dtype(args.dtype),
                      loading.context_length(verifier_dir, args.max_seq), args.device, args.overwrite,
-                     opt=args.opt or (OptLevel.O1 if world > 1 else DEFAULT_OPT[args.device]), calib=calib,
-                     backend=args.backend, tp=world)
+                     opt=opt, calib=calib, backend=args.backend, tp=world,
+                     weights=weight_format(args, OptLevel(opt) == OptLevel.O2 and args.device == "cpu" and world == 1))
     warn_if_busy()
     compile_bundle(job, log=_log)
     return 0
+
+
+def weight_format(args: argparse.Namespace, streams_blocks: bool) -> str:
+    """--weights as the CompileJob takes it: "" (float, as --dtype), a block format, or "file" (a GGUF's own
+    formats, the default where the target streams blocks: a cpu at O2, one process)."""
+    if args.weights is None:
+        gguf = args.model is not None and Path(args.model).suffix.lower() == ".gguf"
+        return "file" if gguf and streams_blocks else ""
+    if args.weights in ("bfloat16", "float32"):
+        if args.weights != args.dtype:
+            raise YggcError(f"--weights {args.weights} needs --dtype {args.weights} (float weights are the model's "
+                            f"dtype); pass both, or a block format such as --weights q8_0")
+        return ""
+    if not streams_blocks:
+        raise YggcError(f"--weights {args.weights} streams blocks through yggc's CPU kernel, which O2 packages call; "
+                        f"compile with --device cpu --opt O2 in one process, or use --weights {args.dtype}")
+    return args.weights
 
 
 def tp_degree(args: argparse.Namespace, calib, drafter_dir: Path) -> int:

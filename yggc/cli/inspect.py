@@ -181,7 +181,7 @@ def inspect_command(args: argparse.Namespace) -> int:
         return 0
     m = manifest
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
-    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, opt {m.opt}, max_seq {m.max_seq}, "
+    print(f"  device {m.device} ({m.isa}), dtype {m.dtype}, weights {m.weights}, opt {m.opt}, max_seq {m.max_seq}, "
           f"created {m.created}")
     from ..runtime.drafters import kind_named
 

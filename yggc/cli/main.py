@@ -145,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "plan, which requests at T > 0 use (default 1, what OpenAI clients and yggc serve "
                            "sample at unless told; 0: greedy only, sampled requests then draft the greedy plan's "
                            "tree)")
+    comp.add_argument("--weights", choices=["q8_0", "q4_0", "q4_1", "bfloat16", "float32"],
+                      help="the verifier's linear layers: ggml block formats streamed by yggc's CPU kernel (O2 on a "
+                           "cpu; a GGUF's matrices stored so are kept as they are, others quantized), or float as "
+                           "--dtype. Default: a .gguf's own formats (on a cpu at O2), else --dtype")
     comp.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
     comp.add_argument("--tp", type=POSITIVE, default=1,
                       help="split the verifier over this many local processes (tensor parallel): each compiles its "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,14 +58,16 @@ class LoadedModel:
         return ids
 
 
-def model_dir(path: str | Path) -> Path:
-    """A checkpoint folder as given, or the folder a .gguf file is imported into (once, then cached)."""
+def model_dir(path: str | Path, keep_blocks: bool = True) -> Path:
+    """A checkpoint folder as given, or the folder a .gguf file is imported into (once, then cached): its Q8_0, Q4_0
+    and Q4_1 matrices as their blocks unless not keep_blocks (a folder other programs read, e.g. the bench's peers);
+    a warning line on stderr when the import dequantizes other quantized types."""
     p = Path(path)
     if p.suffix.lower() != ".gguf":
         return p
     from ..graphs.gguf_import import cached_import
 
-    return cached_import(p, GGUF_CACHE)
+    return cached_import(p, GGUF_CACHE, keep_blocks=keep_blocks, log=lambda line: print(f"yggc: {line}", file=sys.stderr))
 
 
 def context_length(model_dir: Path, max_seq: int | None) -> int:

@@ -16,6 +16,7 @@ at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Te
 at::Tensor attend_rows_v2(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor attend_rows_v1(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
 at::Tensor tied_head(const at::Tensor& x, const at::Tensor& packed, int64_t vocab);
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& packed, int64_t format, int64_t n);  // quant_linear.cpp
 std::vector<at::Tensor> verify_tree_inputs(const at::Tensor& tokens, const at::Tensor& parents, const at::Tensor& depth,
                                            const at::Tensor& cum_logp, const at::Tensor& anc, int64_t n, int64_t view,
                                            int64_t verify);  // verify_tree.cpp
@@ -53,6 +54,7 @@ extern "C" __attribute__((visibility("default"))) void yggc_register_ops() {  //
                   &yggc::attend_rows_v1);
   register_cpu_op("tied_head_v2(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);  // 16 or 64 columns
   register_cpu_op("tied_head_v1(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);  // packages before v2
+  register_cpu_op("quant_linear_v1(Tensor x, Tensor packed, int format, int n) -> Tensor", &yggc::quant_linear);
   register_cpu_op("verify_tree_inputs_v1(Tensor tokens, Tensor parents, Tensor depth, Tensor cum_logp, Tensor anc, "
                   "int n, int view, int verify) -> Tensor[]", &yggc::verify_tree_inputs);
   register_cpu_op("verify_tree_accept_v1(Tensor logits, Tensor sub_tokens, Tensor rows, Tensor sub_anc, int n, int depth, "
