@@ -300,10 +300,10 @@ def test_profile_command_plots(bundle, tmp_path, capsys):
 @pytest.mark.parametrize("shape", [SHAPE, TreeShape(3, 1, 3)])
 def test_compiled_sampling_follows_eager_sampling(bundle, shape):
     """Same seed, same tokens: the compiled sampling path is the eager one (whose distribution is tested)."""
-    from yggc.runtime.speculative import SpeculativeDecoder
+    from yggc.runtime.drafters import speculative_decoder
 
     rt = Runtime.load(bundle)
-    eager = SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, rt.verifier.layout, shape)
+    eager = speculative_decoder(rt.verifier.graph, rt.drafter.graph, rt.verifier.layout, shape)
     for seed in range(3):
         kw = {"temperature": 1.0, "seed": seed}
         got = rt.generate([5, 6, 7], 24, decoder=rt.decoder(shape=shape), **kw).tokens
