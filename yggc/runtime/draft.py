@@ -78,6 +78,7 @@ class Proposer(Protocol):
     drafter: object | None
     verify_phase_kind: type
     extra_nodes: int
+    trace: object  # where it times its model calls (the loop sets a StageTrace for `yggc run --trace`)
 
     def set_shape(self, shape: TreeShape) -> None:
         """Draft trees of `shape` from the next call on."""

@@ -66,6 +66,14 @@ class SuffixBranches:
     def shape(self) -> TreeShape:
         return self.model.shape
 
+    @property
+    def trace(self):
+        return self.model.trace
+
+    @trace.setter
+    def trace(self, trace) -> None:
+        self.model.trace = trace  # where the model proposer times its draft phase
+
     def set_shape(self, shape: TreeShape) -> None:
         self.model.set_shape(shape)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...artifacts.cache_layout import CacheLayout, prefill
+from ...artifacts.timing import NoTrace
 from ...plan.shape import TreeShape
 from ...tree.suffix_match import MatchRates, Proposal, SuffixIndex
 from ...tree.token_tree import TokenTree
@@ -57,6 +58,7 @@ class SuffixProposer:
     verify_phase_kind = GreedyVerifyPhase
     extra_nodes = 0
     drafter = None  # no model: nothing for the prompt cache to note
+    trace = NoTrace()  # nothing to time: drafting is a lookup
 
     def __init__(self, verifier, suffix: SuffixDrafter, layout: CacheLayout, shape: TreeShape):
         self.verifier, self.suffix, self.layout, self.shape = verifier, suffix, layout, shape
