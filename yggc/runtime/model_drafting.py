@@ -48,22 +48,6 @@ class ModelSteps(Protocol):
         """Eager tree step on nodes `ids` (tokens, parent ids, depths [R], ancestor rows [R, N]) -> [R, vocab]."""
 
 
-class DraftPhases:
-    """A model proposer's draft phase per shape: the eager module (built once by `make`) and what runs it, the
-    bundle's compiled phase of the shape's (D, W) where it has one."""
-
-    def __init__(self, make: Callable[[TreeShape], nn.Module], compiled: dict[tuple[int, int], object]):
-        self.make, self.compiled = make, compiled  # compiled: (D, W) -> the bundle's draft phase runner
-        self.built: dict[TreeShape, tuple[nn.Module, object]] = {}
-        self.module = self.run = None  # the current shape's
-
-    def set_shape(self, shape: TreeShape) -> None:
-        if shape not in self.built:
-            module = self.make(shape)
-            self.built[shape] = (module, self.compiled.get((shape.depth, shape.width), module))
-        self.module, self.run = self.built[shape]
-
-
 class ViewSlots:
     """arange(view) per cache view length, built once: the draft phases' view_slots input."""
 
@@ -75,6 +59,27 @@ class ViewSlots:
         if view not in self.built:
             self.built[view] = torch.arange(view, device=self.device)
         return self.built[view]
+
+
+class DraftPhases:
+    """A model proposer's draft phase per shape: the eager module (built once by `make`) and what runs it, the
+    bundle's compiled phase of the shape's (D, W) where it has one (`draft_phase`: the first shape's); and the
+    view_slots inputs of its cache views."""
+
+    def __init__(self, make: Callable[[TreeShape], nn.Module], layout, device: torch.device, shape: TreeShape,
+                 draft_phase=None):
+        self.make = make
+        # (D, W) -> the bundle's draft phase runner
+        self.compiled = {} if draft_phase is None else {(shape.depth, shape.width): draft_phase}
+        self.built: dict[TreeShape, tuple[nn.Module, object]] = {}
+        self.module = self.run = None  # the current shape's
+        self.view_slots = ViewSlots(layout, device)
+
+    def set_shape(self, shape: TreeShape) -> None:
+        if shape not in self.built:
+            module = self.make(shape)
+            self.built[shape] = (module, self.compiled.get((shape.depth, shape.width), module))
+        self.module, self.run = self.built[shape]
 
 
 def propose(steps: ModelSteps, request: DraftRequest) -> Draft:

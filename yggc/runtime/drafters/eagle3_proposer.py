@@ -155,10 +155,8 @@ class Eagle3Proposer:
         self.fused = getattr(verifier_graph, "feature_fc", None) is not None  # Eagle3Kind.fuse_in_verifier
         self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
         self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
-        compiled = {} if draft_phase is None else {(shape.depth, shape.width): draft_phase}
-        self.phases = model_drafting.DraftPhases(self.make_phase, compiled)
+        self.phases = model_drafting.DraftPhases(self.make_phase, layout, self.device, shape, draft_phase)
         self.rank_rates: tuple[float, ...] | None = RANK_ACCEPTANCE
-        self.view_slots = model_drafting.ViewSlots(layout, self.device)
         self.trace = NoTrace()
         self.set_shape(shape)
 
@@ -216,7 +214,7 @@ class Eagle3Proposer:
             width = self.head.fc.out_features if self.fused else self.head.fc.in_features
             feats = torch.zeros(1, width, dtype=self.head.fc.weight.dtype)
         feats = torch.cat([feats, feats.new_zeros(P - feats.shape[0], feats.shape[1])])
-        return tokens, feats, torch.tensor([len(pending) - 1, n]), self.view_slots(n + self.shape.n_nodes)
+        return tokens, feats, torch.tensor([len(pending) - 1, n]), self.phases.view_slots(n + self.shape.n_nodes)
 
     def root_logits(self, pending: list[int], n: int) -> torch.Tensor:
         tokens, feats, meta, view = self.phase_inputs(pending, n)

@@ -40,10 +40,8 @@ class StandaloneProposer:
         self.verifier, self.drafter, self.layout = verifier, drafter, layout
         self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
         self.tree_drafter, self.recompute_accepted = tree_drafter, recompute_accepted
-        compiled = {} if draft_phase is None else {(shape.depth, shape.width): draft_phase}
-        self.phases = model_drafting.DraftPhases(self.make_phase, compiled)
+        self.phases = model_drafting.DraftPhases(self.make_phase, layout, self.device, shape, draft_phase)
         self.rank_rates: tuple[float, ...] | None = RANK_ACCEPTANCE
-        self.view_slots = model_drafting.ViewSlots(layout, self.device)
         self.trace = NoTrace()
         self.set_shape(shape)
         self.moves = self.no_moves  # [2, D] accepted K/V (src, dst) the drafter still has to move
@@ -95,7 +93,7 @@ class StandaloneProposer:
         """Tokens the drafter has not seen (root last, at slot n), padded to head_width; (root row, n)."""
         tokens = torch.tensor(pending + [0] * (self.head_width - len(pending)))
         meta = torch.tensor([len(pending) - 1, n])
-        return tokens, meta, self.view_slots(n + self.shape.n_nodes)
+        return tokens, meta, self.phases.view_slots(n + self.shape.n_nodes)
 
     def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
         return (*self.head_inputs(pending, n), self.moves)
