@@ -106,7 +106,7 @@ def test_suffix_branches_beside_the_fused_draft_phase_are_lossless(bundle):
     ref = eager_ar(rt, prompt, 48)
     dec = rt.decoder(speculative=True, suffix_branches=True, adaptive=False)
     assert rt.generate(prompt, 48, decoder=dec).tokens == ref
-    assert dec.run_draft is rt.draft_runners[(SHAPE.depth, SHAPE.width)] and rt.iteration_ms is not None
+    assert dec.proposer.model.phases.run is rt.draft_runners[(SHAPE.depth, SHAPE.width)] and rt.iteration_ms is not None
     assert dec.stats.n_accept > 0
 
 

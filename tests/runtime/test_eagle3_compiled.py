@@ -106,7 +106,7 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     own = load_eagle3(pair_dirs[1], pair_dirs[0], 2, dtype)  # the head's checkpoint
     assert torch.equal(head.graph.fc.weight, own.fc.weight) and torch.equal(head.graph.draft_ids, own.draft_ids)
     # the verifier's package runs the head's fc: its features come out fused, as fc of the eager verifier's taps
-    assert rt.verifier.graph.feature_fc is head.graph.fc and tree.fused
+    assert rt.verifier.graph.feature_fc is head.graph.fc and tree.proposer.fused
     reference = load_model(pair_dirs[0], rt.verifier.layout.n_slots, dtype)
     reference.feature_layers = own.eagle.feature_layers
     pos = torch.arange(5)
@@ -137,7 +137,7 @@ def test_the_draft_phase_package_grows_the_eager_phases_tree(bundles):
     tree = rt.decoder(speculative=True)
     assert tree.proposer.phases.run is not tree.proposer.phases.module
     beside = rt.decoder(speculative=True, compiled_draft=False)  # what `yggc bench --shapes` runs beside it
-    assert beside.run_draft is beside.draft_phase
+    assert beside.proposer.phases.run is beside.proposer.phases.module
     for seed in range(3):
         prompt = torch.randint(1, 8, (5 + 6 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         tree.proposer.prefill(prompt, 0)

@@ -7,8 +7,9 @@ departs. A suffix node is priced at the measured chance that a match of its leng
 are not added. Pruning ranks model and suffix nodes on one scale (exp(cum_logp): the drafter's probability, or
 the suffix price). How many to verify: with the bundle's profiled costs, the count that makes the most expected
 tokens per ms (verifier rows are not free: on a 2-core AVX2 CPU 12 rows of SmolLM2 cost 2.5x one); without
-them, the shape's V plus the nodes the branches added. Verification is the host rule on the merged tree (greedy argmax; at T > 0 the
-point-mass multi-draft rule, exact for any fixed tree), so the output stays the verifier's.
+them, the shape's V plus the nodes the branches added. The merged tree is a point-mass draft: greedy, the verify
+phase's tree ops on its own V; at T > 0 the point-mass multi-draft rule, exact for any fixed tree; so the output
+stays the verifier's.
 
 A path that leaves the model's nodes ends in tokens the drafter never ran on: the next iteration feeds them
 to it first (the model proposer's catch_up), so its cache reads as if it had decoded them.
@@ -24,13 +25,10 @@ import torch
 from ...plan.shape import TreeShape
 from ...tree import host
 from ...tree.prune import best_verify_count
-from ...tree.sampling import SamplingParams
 from ...tree.token_tree import TokenTree
 from ..draft import Draft, DraftRequest
-from ..speculative import SpeculativeDecoder
+from ..speculative import GREEDY, SpeculativeDecoder
 from .suffix_proposer import SuffixDrafter
-
-GREEDY = SamplingParams()
 
 # tokens per branch, branches, suffix nodes added at most. Long branches pay where text repeats at length (code
 # completion) and cost nothing measurable on chat, where the profiled costs keep the verify count where it pays
@@ -47,8 +45,9 @@ def branches_by_default(device_type: str, world: int, sampling: bool) -> bool:
 
 
 class SuffixBranches:
-    """Proposer merging two others into one tree: a model proposer's draft with a suffix proposer's branches
-    (`suffix`: their index and rates). `shape`: tokens per branch, branches, suffix nodes added at most."""
+    """Proposer combining two into one tree: a model proposer's draft (`model`) with the suffix matches of the text
+    (`suffix`: the suffix proposer's index and rates). `shape`: tokens per branch, branches, suffix nodes added at
+    most."""
 
     name = "suffix-branches"
     description = "a model's tree with the text's suffix matches merged in"

@@ -1,6 +1,6 @@
-"""The worked example of docs/architecture.md ("Adding a proposer"): a proposer written against the Proposer
-interface alone (yggc/runtime/draft.py) decodes through the one loop exactly as the verifier alone, greedy and at
-T > 0, with no change to the loop."""
+"""The proposer registry (yggc/runtime/drafters/__init__.py), and the worked example of docs/architecture.md
+("Adding a proposer"): a proposer written against the Proposer interface alone (yggc/runtime/draft.py) decodes
+through the one loop exactly as the verifier alone, greedy and at T > 0, with no change to the loop."""
 from __future__ import annotations
 
 import torch
@@ -9,12 +9,22 @@ from test_speculative import N_SAMPLES, chi2_pvalue, decode, exact_two, first_tw
 from yggc.artifacts.cache_layout import prefill
 from yggc.artifacts.timing import NoTrace
 from yggc.plan.shape import TreeShape
+from yggc.runtime import drafters
 from yggc.runtime.autoregressive import PREFILL_CHUNK, AutoregressiveDecoder
 from yggc.runtime.draft import Draft, DraftRequest
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.runtime.verify_phase import GreedyVerifyPhase
 from yggc.tree.sampling import SamplingParams
 from yggc.tree.token_tree import TokenTree
+
+
+def test_every_drafter_kind_drafts_with_a_registered_proposer():
+    """A manifest's drafter kind names the proposer it decodes with; suffix and fuzzy drafting are registered too."""
+    for kind in drafters.KINDS:
+        assert drafters.PROPOSERS[kind.name] is kind.proposer
+    assert {"suffix", "fuzzy", "suffix-branches"} <= set(drafters.PROPOSERS)
+    for name, proposer in drafters.PROPOSERS.items():
+        assert proposer.name == name and proposer.description
 
 
 class LookupProposer:
