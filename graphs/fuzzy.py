@@ -10,7 +10,7 @@ exact residual stream:
 
 The drafter's output changes (a fuzzy draft), the verifier's does not: lossless verification makes
 any draft correct. The K/V a fuzzy step writes are fuzzy too; the decoder recomputes them exactly after
-each verification (bonus calibration, yggc/runtime/drafters/fuzzy_decoder.py).
+each verification (bonus calibration, yggc/runtime/drafters/fuzzy_proposer.py).
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from ..errors import YggcError
 from ..plan.calibration import TreeSample, acceptance_rates, as_tree_sample
 from ..plan.depth_predictor import root_features
 from ..plan.shape import TreeShape
-from ..runtime.draft import Draft
+from ..runtime.draft import Draft, DraftRequest
 from ..runtime.drafters import speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
 from ..tree.block_verification import block_prefix_expected_accepted
@@ -81,14 +81,14 @@ def recording_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
     tree, root features) to on every iteration."""
     dec = speculative_decoder(verifier, drafter, layout, shape)
     drafts: list[tuple[int, Draft, torch.Tensor]] = []
-    draft_tree = dec.draft_tree
+    propose = dec.proposer.propose
 
-    def recorded(pending: list[int], n: int) -> Draft:
-        draft = draft_tree(pending, n)
-        drafts.append((n, draft, root_features(dec.bonus_logits)))
+    def recorded(request: DraftRequest) -> Draft:
+        draft = propose(request)
+        drafts.append((request.n, draft, root_features(dec.bonus_logits)))
         return draft
 
-    dec.draft_tree = recorded
+    dec.proposer.propose = recorded
     return dec, drafts
 
 

@@ -130,12 +130,12 @@ def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int,
     layout, shape, verify_width = decoder.layout, decoder.shape, decoder.shape.verify + 1
     widths = {"verifier": (1, verify_width), "drafter": (HEAD_WIDTH, shape.width) if drafter is not None else ()}
     with torch.inference_mode(), device_scope(decoder.device):  # host-built inputs go where the models are
-        draft = decoder.draft_tree([0], context)
+        draft = decoder.draft_greedy([0], context)
         steps = {("drafter", w): bucket_call(drafter, w, layout, context) for w in widths["drafter"]}
         # in the decode loop's order: a draft phase, and a drafter's first step, follow a verifier call that has
         # streamed its weights through the caches (a small drafter's later steps find theirs there)
         ms = steady_ms_each({"verify": lambda: decoder.verify_greedy(draft, context),
-                             "draft": lambda: decoder.draft_tree([0], context),
+                             "draft": lambda: decoder.draft_greedy([0], context),
                              ("verifier", 1): bucket_call(decoder.verifier, 1, layout, context), **steps,
                              ("verifier", verify_width): bucket_call(decoder.verifier, verify_width, layout, context)},
                             repeats)

@@ -10,7 +10,8 @@ from yggc.artifacts.cache_layout import CacheLayout
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
+from yggc.runtime.drafters import speculative_decoder
+from yggc.runtime.drafters.suffix_proposer import SuffixDrafter, SuffixProposer
 from yggc.runtime.speculative import SpeculativeDecoder
 
 KINDS = ("ar", "llama", "eagle3", "suffix")
@@ -29,6 +30,7 @@ def make_decoders(root: Path) -> dict:
     layout, shape = CacheLayout(256, align=32), TreeShape(3, 2, 5)
     verifier, drafter = load_model(v, layout.n_slots), load_model(root / "d", layout.n_slots)
     e3_verifier, e3_head = drafters.load_pair(v, root / "head", torch.float32, layout.max_seq)
-    return {"ar": AutoregressiveDecoder(verifier, layout), "llama": SpeculativeDecoder(verifier, drafter, layout, shape),
+    return {"ar": AutoregressiveDecoder(verifier, layout),
+            "llama": speculative_decoder(verifier, drafter, layout, shape),
             "eagle3": drafters.speculative_decoder(e3_verifier.graph, e3_head.graph, layout, shape),
-            "suffix": SuffixDecoder(verifier, SuffixDrafter(min_n=1), layout, shape)}
+            "suffix": SpeculativeDecoder(SuffixProposer(verifier, SuffixDrafter(min_n=1), layout, shape))}

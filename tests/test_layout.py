@@ -253,3 +253,36 @@ def test_only_the_drafter_kinds_test_which_kind_a_drafter_is():
 ])
 def test_a_kind_test_is_caught(line, found):
     assert kind_tests(line) == found
+
+
+def class_shape_faults(source: str, project_classes: set[str]) -> list[str]:
+    """Every class that inherits from more than one project class (a mixin) and every `x.__class__ = ...` (a class
+    swapped at run time) in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            ours = [ast.unparse(b) for b in node.bases if named(b).rpartition(".")[2] in project_classes]
+            if len(ours) > 1:
+                found.append(f"class {node.name}({', '.join(ours)})")
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [ast.unparse(t) for t in targets if isinstance(t, ast.Attribute) and t.attr == "__class__"]
+    return found
+
+
+def test_no_mixins_and_no_class_swapping():
+    """Drafting is extended by proposers behind one interface (yggc/runtime/draft.py), not by mixins or by swapping a
+    decoder's class: no class inherits from two of the project's classes, and nothing assigns __class__."""
+    sources = {str(f.relative_to(ROOT)): f.read_text() for f in module_files().values()}
+    project_classes = {n.name for s in sources.values() for n in ast.walk(ast.parse(s)) if isinstance(n, ast.ClassDef)}
+    faults = {f: class_shape_faults(s, project_classes) for f, s in sources.items()}
+    assert {f: found for f, found in faults.items() if found} == {}
+
+
+@pytest.mark.parametrize("source, found", [
+    ("class A: pass\nclass B(A, C): pass", ["class B(A, C)"]),
+    ("class B(A, str): pass", []),
+    ("decoder.__class__ = type('X', (Mixin, type(decoder)), {})", ["decoder.__class__"]),
+])
+def test_a_mixin_or_a_class_swap_is_caught(source, found):
+    assert class_shape_faults(source, {"A", "C", "Mixin"}) == found

@@ -53,7 +53,7 @@ def collect(rt, prompts: list[str], n: int, stride: int, shape: TreeShape) -> li
         for t, (ids, new) in enumerate(tqdm(sampled_texts(rt, prompts, n, 0.0), desc="texts", disable=None)):
             for j in range(1, len(new), stride):
                 ctx = ids + new[:j]
-                dec.prefill_models(ctx[:-1])
+                dec.proposer.prefill(ctx[:-1], 0)
                 draft, ids_kept, _, flags = score_greedy(dec, ctx)  # all nodes, in the subtree's order
                 accepted = [0.0] * shape.n_nodes
                 for node, flag in zip(ids_kept.tolist(), flags):

@@ -34,6 +34,7 @@ from yggc.bench.sampling_rules import exact_tokens_per_call, parse_runs, samplin
 from yggc.plan.objective import choice_tokens_per_ms, oracle_choice
 from yggc.plan.stages import StageCosts, iteration_stages
 from yggc.runtime import Runtime
+from yggc.runtime.draft import DraftRequest
 from yggc.tree.recursive_rejection import acceptance_probs
 from yggc.tree.sampling import SamplingParams, target_probs
 from yggc.tree.verification import children_lists, verify_greedy
@@ -56,8 +57,8 @@ def score_greedy(dec, ctx: list[int]):
     """The decoder's greedy tree from root ctx[-1] (its caches hold ctx[:-1]) scored by the verifier ->
     (draft, kept ids, their subtree, greedy_acceptance per subtree row)."""
     n = len(ctx) - 1
-    draft = dec.draft_tree([ctx[-1]], n)
-    kept, sub, logits = dec.score_draft(draft, n)
+    draft = dec.draft_greedy([ctx[-1]], n)
+    kept, sub, logits, _ = dec.score_draft(draft, n)
     return draft, kept, sub, greedy_acceptance(sub, logits)
 
 
@@ -97,17 +98,19 @@ def price_position(decoders: list, ctx: list[int], params: SamplingParams, seed:
     """Both caches hold ctx[:-1]; ctx[-1] is the root at slot n -> each decoder's exact tokens per call
     (and, into `ranks`, the rank acceptance of the last decoder's tree: main checks it is priced per node)."""
     n = len(ctx) - 1
-    decoders[0].prefill_models(ctx[:-1])
-    state = getattr(decoders[0], "pending_features", None)  # an EAGLE-3 head's pair for the root
+    decoders[0].proposer.prefill(ctx[:-1], 0)
+    state = getattr(decoders[0].proposer, "pending_features", None)  # an EAGLE-3 head's pair for the root
     prices = []
     for dec in decoders:
         if state is not None:
-            dec.pending_features = state
+            dec.proposer.pending_features = state
         if params.greedy:
             draft, kept, sub, accepted = score_greedy(dec, ctx)
         else:
-            draft = dec.draft_sampled([ctx[-1]], n, params, torch.Generator().manual_seed(seed))
-            kept, sub, logits = dec.score_draft(draft, n)
+            request = DraftRequest([ctx[-1]], n, params, torch.Generator().manual_seed(seed), None,
+                                   dec.tree_rule.sampled)
+            draft = dec.proposer.propose(request)
+            kept, sub, logits, _ = dec.score_draft(draft, n)
             probs = target_probs(logits, params)
             accepted = (acceptance_probs(sub.tokens, sub.parents, probs, draft.q_rows[kept]).tolist()
                         if draft.q_rows is not None and dec.tree_rule == "rrs" and not sub.is_chain() else None)

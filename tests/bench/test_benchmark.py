@@ -78,7 +78,7 @@ def test_quick_bench_fails_on_a_mismatch(setup, capsys, monkeypatch):
 
     def corrupt_chain(decoder):
         run = real(decoder)
-        if decoder.__class__.__name__ != "SpeculativeDecoder" or decoder.shape.width != 1:
+        if type(getattr(decoder, "proposer", None)).__name__ != "StandaloneProposer" or decoder.shape.width != 1:
             return run
 
         def wrong(prompt, n, params):

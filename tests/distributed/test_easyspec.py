@@ -15,7 +15,8 @@ from yggc.graphs.tensor_parallel import load_tp_model
 from yggc.artifacts.cache_layout import CacheLayout, causal_rows, prefill
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.drafters.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
+from yggc.runtime.drafters.fuzzy_proposer import FuzzyProposer, fuzzy_drafter
+from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams
 
 LAYOUT = CacheLayout(128)
@@ -31,7 +32,7 @@ def calibrated_caches_are_exact(dec, drafter, exact, vocab: int) -> bool:
     """Drive the decoder by hand; after each iteration compare the drafter's K/V up to the root with exact."""
     stop, gen = StopPolicy(200, (), LAYOUT), torch.Generator()
     committed = prompt(vocab, 9, 3)
-    logits = dec.prefill_models(committed)
+    logits = dec.proposer.prefill(committed, 0)
     n, pending = len(committed), [int(logits.argmax())]
     committed += pending
     ok = True
@@ -54,7 +55,7 @@ def rank_main(rank: int, init: str, verifier: str, drafter_dir: str, out: str) -
         fuzzy = fuzzy_drafter(drafter, WORLD, "all")
         with torch.inference_mode():
             logits = fuzzy_logits(fuzzy, vocab)
-            dec = FuzzyDecoder(graph, drafter, LAYOUT, TreeShape(4, 2, 6), fuzzy)
+            dec = SpeculativeDecoder(FuzzyProposer(graph, drafter, LAYOUT, TreeShape(4, 2, 6), fuzzy))
             tokens = decode(dec, prompt(vocab, 9, 1))
             exact_cache = calibrated_caches_are_exact(dec, drafter, load_model(drafter_dir, LAYOUT.n_slots), vocab)
         torch.save({"logits": logits}, f"{out}/fuzzy{rank}.pt")

@@ -18,7 +18,7 @@ from yggc.graphs.tensor_parallel import load_tp_model, local_config
 from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.drafters import speculative_decoder
 from yggc.tree.sampling import SamplingParams
 
 WORLD = 2
@@ -47,7 +47,7 @@ def rank_main(rank: int, init: str, verifier: str, drafter: str, out: str) -> No
             logits = graph(torch.tensor(ids), pos, pos.clone(), causal_rows(pos, layout.n_slots))
         save_file({"logits": logits.contiguous()}, f"{out}/logits{rank}.safetensors")
         ref = prompt(vocab, 9, 1)
-        tree = SpeculativeDecoder(graph, load_model(drafter, layout.n_slots), layout, SHAPE)
+        tree = speculative_decoder(graph, load_model(drafter, layout.n_slots), layout, SHAPE)
         tokens = {"tree": decode(tree, ref), "ar": decode(AutoregressiveDecoder(graph, layout), ref),
                   "kv_heads": graph.layers[0].attn.cache.k.shape[0]}
         with open(f"{out}/tokens{rank}.json", "w") as f:

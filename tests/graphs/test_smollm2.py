@@ -19,7 +19,7 @@ from yggc.pinned_models import CACHE, MODELS
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters, loading
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.drafters import speculative_decoder
 from yggc.tree.sampling import SamplingParams
 
 GGUF = Path(os.environ.get("YGGC_SMOLLM2_GGUF", CACHE / MODELS["smollm2"].gguf_name)).expanduser()
@@ -94,7 +94,7 @@ def test_greedy_tree_decoding_equals_autoregressive(pair_and_reference, prompt, 
     """A tree and a chain, one prompt each (eager decoding of the full model is slow on 2 cores)."""
     verifier, drafter, reference = pair_and_reference
     for ids, want in list(reference.items())[prompt:prompt + 1]:
-        spec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, shape)
+        spec = speculative_decoder(verifier.graph, drafter.graph, verifier.layout, shape)
         got = [t for chunk in spec.stream(list(ids), N_NEW, SamplingParams()) for t in chunk]
         assert got == want and len(want) == N_NEW
         assert spec.stats.n_iterations < N_NEW  # drafts were accepted, so this was real speculation
@@ -116,7 +116,7 @@ def test_shipped_drafter_is_lossless_in_bfloat16(smollm2):
     ar = AutoregressiveDecoder(verifier.graph, verifier.layout)
     n = 32  # the first flip is at token 21
     want = [t for chunk in ar.stream(ids, n, SamplingParams()) for t in chunk]
-    spec = SpeculativeDecoder(verifier.graph, drafter.graph, verifier.layout, TreeShape(4, 2, 8))
+    spec = speculative_decoder(verifier.graph, drafter.graph, verifier.layout, TreeShape(4, 2, 8))
     assert [t for chunk in spec.stream(ids, n, SamplingParams()) for t in chunk] == want
     assert spec.stats.n_iterations < n * 2 // 3  # more than 1.5 tokens per iteration
 

@@ -238,12 +238,12 @@ def test_phase_profile_prices_the_glue_so_its_shape_costs_what_its_phases_took(c
     with the calls priced as their curves say, and no stage is negative."""
     from yggc.passes.profile import phase_profile
 
-    from yggc.runtime.speculative import SpeculativeDecoder
+    from yggc.runtime.drafters import speculative_decoder
 
     layout, shape = CacheLayout(64), TreeShape(2, 2, 3)
     verifier = load_model(write_checkpoint(ckpt_root / "glue_v", "tiny_vocab", seed=1), layout.n_slots)
     drafter = load_model(write_checkpoint(ckpt_root / "glue_d", "tiny_vocab", seed=2), layout.n_slots)
-    measured = phase_profile(SpeculativeDecoder(verifier, drafter, layout, shape), repeats=3, drafter=drafter)
+    measured = phase_profile(speculative_decoder(verifier, drafter, layout, shape), repeats=3, drafter=drafter)
     calls = measured["phase_calls_ms"]
     assert measured["phase_shape"] == [2, 2, 3] and set(measured["phase_ms"]) == {"draft", "verify"}
     assert {model: set(ms) for model, ms in calls.items()} == {"verifier": {"1", "4"}, "drafter": {"2"}}
@@ -254,5 +254,5 @@ def test_phase_profile_prices_the_glue_so_its_shape_costs_what_its_phases_took(c
     head_and_step = 2 * costs.drafter(2) - 2 * calls["drafter"]["2"]  # HEAD_WIDTH and W are both 2 here
     calls_priced_by_their_curves = costs.verifier(4) - calls["verifier"]["4"] + head_and_step
     assert costs.iteration_ms(shape) == pytest.approx(sum(measured["phase_ms"].values()) + calls_priced_by_their_curves)
-    unpriced = phase_profile(SpeculativeDecoder(verifier, drafter, layout, shape), repeats=3)
+    unpriced = phase_profile(speculative_decoder(verifier, drafter, layout, shape), repeats=3)
     assert set(unpriced["phase_calls_ms"]) == {"verifier"}  # no drafter forward given: its curve prices its steps

@@ -106,7 +106,7 @@ def test_suffix_branches_beside_the_fused_draft_phase_are_lossless(bundle):
     ref = eager_ar(rt, prompt, 48)
     dec = rt.decoder(speculative=True, suffix_branches=True, adaptive=False)
     assert rt.generate(prompt, 48, decoder=dec).tokens == ref
-    assert dec.run_draft is rt.draft_runners[(SHAPE.depth, SHAPE.width)] and rt.iteration_ms is not None
+    assert dec.proposer.model.phases.run is rt.draft_runners[(SHAPE.depth, SHAPE.width)] and rt.iteration_ms is not None
     assert dec.stats.n_accept > 0
 
 
@@ -300,10 +300,10 @@ def test_profile_command_plots(bundle, tmp_path, capsys):
 @pytest.mark.parametrize("shape", [SHAPE, TreeShape(3, 1, 3)])
 def test_compiled_sampling_follows_eager_sampling(bundle, shape):
     """Same seed, same tokens: the compiled sampling path is the eager one (whose distribution is tested)."""
-    from yggc.runtime.speculative import SpeculativeDecoder
+    from yggc.runtime.drafters import speculative_decoder
 
     rt = Runtime.load(bundle)
-    eager = SpeculativeDecoder(rt.verifier.graph, rt.drafter.graph, rt.verifier.layout, shape)
+    eager = speculative_decoder(rt.verifier.graph, rt.drafter.graph, rt.verifier.layout, shape)
     for seed in range(3):
         kw = {"temperature": 1.0, "seed": seed}
         got = rt.generate([5, 6, 7], 24, decoder=rt.decoder(shape=shape), **kw).tokens

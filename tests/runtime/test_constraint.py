@@ -18,7 +18,8 @@ from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder
 from yggc.runtime.constraint import GrammarCompiler, GrammarError, GrammarSpec, allowed_by
-from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
+from yggc.runtime.drafters import speculative_decoder
+from yggc.runtime.drafters.suffix_proposer import SuffixDrafter, SuffixProposer
 from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams, target_probs
 from yggc.tree.token_tree import TokenTree
@@ -66,12 +67,12 @@ def test_greedy_trees_under_a_grammar_equal_constrained_ar(models, kind):
         ref = decode(AutoregressiveDecoder(verifier, layout), prompt, compiler.constraint(spec))
         assert ref != decode(AutoregressiveDecoder(verifier, layout), prompt, None)  # the grammar changes the text
         for shape in (TreeShape(3, 2, 5), TreeShape(4, 1, 4), TreeShape(2, 4, 7)):
-            tree = SpeculativeDecoder(verifier, drafter, layout, shape)
+            tree = speculative_decoder(verifier, drafter, layout, shape)
             assert decode(tree, prompt, compiler.constraint(spec)) == ref, f"{kind} {shape} seed {seed}"
             assert tree.stats.n_accept > 0
         head = drafters.speculative_decoder(e3_verifier.graph, e3_head.graph, layout, TreeShape(3, 2, 5))
         assert decode(head, prompt, compiler.constraint(spec)) == ref, f"{kind} EAGLE-3 seed {seed}"
-        suffix = SuffixDecoder(verifier, SuffixDrafter(min_n=1), layout, TreeShape(4, 2, 6))
+        suffix = SpeculativeDecoder(SuffixProposer(verifier, SuffixDrafter(min_n=1), layout, TreeShape(4, 2, 6)))
         assert decode(suffix, prompt, compiler.constraint(spec)) == ref, f"{kind} suffix drafts seed {seed}"
         if ref[-1] == EOS:  # the grammar was completed: the text is in its language
             finished += 1
@@ -113,7 +114,7 @@ def test_sampling_under_a_grammar_keeps_the_constrained_distribution(models, sha
     prompt = [17, 5, 88, 3]
     probs = exact_two(verifier, layout, prompt, compiler, spec, params)
     assert (probs > 0).sum() > 4  # several constrained continuations
-    dec = SpeculativeDecoder(verifier, drafter, layout, shape)
+    dec = speculative_decoder(verifier, drafter, layout, shape)
     vocab = verifier.cfg.vocab_size
     counts = torch.zeros(vocab * vocab, dtype=torch.float64)
     for seed in range(1000):

@@ -30,7 +30,7 @@ from yggc.cli.main import main
 from yggc.errors import YggcError
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
-from yggc.runtime.drafters.eagle3_decoder import Eagle3Decoder
+from yggc.runtime.drafters.eagle3_proposer import Eagle3Proposer
 from yggc.tree.sampling import SamplingParams
 
 pytestmark = pytest.mark.slow  # compiles bundles: scheduled first (tests/conftest.py)
@@ -93,19 +93,20 @@ def test_compiled_eagle3_decoding_is_lossless(pair_dirs, bundles, dtype):
     assert rt.manifest.extra["drafter"] == {"kind": "eagle3", "feature_layers": [0, 1, 1]}
     assert rt.verifier.graph.caches()[0].k.dtype == dtype and rt.drafter.graph.caches()[0].k.dtype == dtype
     tree = rt.decoder(speculative=True)
-    assert isinstance(tree, Eagle3Decoder)
+    assert isinstance(tree.proposer, Eagle3Proposer)
     assert rt.compiled["verifier"].features and not rt.verifier.graph.has_weights
     # the draft phase is one package: the head's layer frozen in, its caches and the verifier's table passed in
     phase = rt.draft_runners[(SHAPE.depth, SHAPE.width)]
     embed = rt.drafter.graph.embed
-    assert tree.run_draft is phase and phase.caches[-1] is (embed.weight if dtype == torch.float32 else embed.packed)
+    table = embed.weight if dtype == torch.float32 else embed.packed
+    assert tree.proposer.phases.run is phase and phase.caches[-1] is table
     assert phase.caches[:-1] == tuple(rt.drafter.graph.cache_tensors())
     assert not any(part in name for name in phase.runner.get_constant_fqns() for part in ("embed", "fc_"))
     head = rt.compiled["drafter"]  # the head's own package at every width, without the verifier's embedding
     own = load_eagle3(pair_dirs[1], pair_dirs[0], 2, dtype)  # the head's checkpoint
     assert torch.equal(head.graph.fc.weight, own.fc.weight) and torch.equal(head.graph.draft_ids, own.draft_ids)
     # the verifier's package runs the head's fc: its features come out fused, as fc of the eager verifier's taps
-    assert rt.verifier.graph.feature_fc is head.graph.fc and tree.fused
+    assert rt.verifier.graph.feature_fc is head.graph.fc and tree.proposer.fused
     reference = load_model(pair_dirs[0], rt.verifier.layout.n_slots, dtype)
     reference.feature_layers = own.eagle.feature_layers
     pos = torch.arange(5)
@@ -134,16 +135,16 @@ def test_the_draft_phase_package_grows_the_eager_phases_tree(bundles):
     around the head's package drafts from the same pending pairs, and writes the same K/V into the head's cache."""
     rt = Runtime.load(bundles(torch.float32))
     tree = rt.decoder(speculative=True)
-    assert tree.run_draft is not tree.draft_phase
+    assert tree.proposer.phases.run is not tree.proposer.phases.module
     beside = rt.decoder(speculative=True, compiled_draft=False)  # what `yggc bench --shapes` runs beside it
-    assert beside.run_draft is beside.draft_phase
+    assert beside.proposer.phases.run is beside.proposer.phases.module
     for seed in range(3):
         prompt = torch.randint(1, 8, (5 + 6 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
-        tree.prefill_models(prompt)
-        inputs = tree.phase_inputs([prompt[-1]], len(prompt))
-        compiled = tree.run_draft(*inputs)
+        tree.proposer.prefill(prompt, 0)
+        inputs = tree.proposer.phase_inputs([prompt[-1]], len(prompt))
+        compiled = tree.proposer.phases.run(*inputs)
         cache = [t.clone() for t in rt.drafter.graph.cache_tensors()]
-        eager = tree.draft_phase(*inputs)
+        eager = tree.proposer.phases.module(*inputs)
         for name, a, b in zip(("tokens", "parents", "depth"), compiled, eager):
             assert torch.equal(a, b), name
         torch.testing.assert_close(compiled[3], eager[3], atol=1e-5, rtol=1e-5)  # cum_logp
@@ -176,7 +177,7 @@ def test_o2_calibration_times_the_glue_drafting_through_a_phase_package(tmp_path
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_suffix_branches_beside_the_head_package_are_lossless(bundles, dtype):
     """Paths through suffix branches hand the head more pairs than a head step takes: the rest go through its
-    package first (Eagle3Decoder.catch_up); the output stays compiled AR's."""
+    package first (Eagle3Proposer.catch_up); the output stays compiled AR's."""
     rt = Runtime.load(bundles(dtype))
     tree, ref_dec = rt.decoder(speculative=True, suffix_branches=True), rt.decoder(speculative=False)
     caught_up = 0
@@ -244,7 +245,7 @@ def test_calibrated_eagle3_bundle(tmp_path, capsys, monkeypatch):
     assert set(rt.draft_runners) == {(shape.depth, shape.width)}
     assert set(rt.verify_runners) == {(shape.depth, shape.width, shape.verify)}
     tree = rt.decoder(speculative=True)
-    assert tree.run_draft is rt.draft_runners[(shape.depth, shape.width)]
+    assert tree.proposer.phases.run is rt.draft_runners[(shape.depth, shape.width)]
     prompt = [11, 42, 7, 250, 3, 99]
     assert tokens(tree, prompt, 30) == tokens(rt.decoder(speculative=False), prompt, 30)
 
@@ -265,8 +266,9 @@ def test_per_iteration_shapes_through_the_head_package_equal_compiled_ar(bundles
         prompt = torch.randint(1, 8, (6 + 7 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         assert tokens(tree, prompt, 40) == tokens(ref_dec, prompt, 40)
     assert rt.policy.seen == set(shapes) and tree.stats.n_accept > 0
-    compiled = {s for s in shapes if tree.phases[s][1] is not tree.phases[s][0]}  # (draft module, its runner, ...)
-    assert compiled == {TreeShape(3, 2, 5)} and tree.phases[TreeShape(3, 2, 5)][1] is rt.draft_runners[(3, 2)]
+    built = tree.proposer.phases.built  # shape -> (draft module, its runner)
+    compiled = {s for s in shapes if built[s][1] is not built[s][0]}
+    assert compiled == {TreeShape(3, 2, 5)} and built[TreeShape(3, 2, 5)][1] is rt.draft_runners[(3, 2)]
 
 
 @pytest.mark.parametrize("speculative", [True, False])

@@ -10,7 +10,7 @@ from yggc.graphs.eagle3_checkpoint import head_base_config, new_eagle3, save_eag
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.drafters.eagle3_decoder import Eagle3Decoder
+from yggc.runtime.drafters.eagle3_proposer import Eagle3Proposer
 from yggc.tree.sampling import SamplingParams
 
 N_NEW = 40
@@ -41,7 +41,7 @@ def test_greedy_equals_autoregressive(heads, name, dtype):
         ref = decode(ref_dec, prompt, N_NEW)
         for shape in SHAPES:
             dec = drafters.speculative_decoder(verifier.graph, head.graph, verifier.layout, TreeShape(*shape))
-            assert isinstance(dec, Eagle3Decoder)
+            assert isinstance(dec.proposer, Eagle3Proposer)
             assert decode(dec, prompt, N_NEW) == ref, f"{name} {dtype} {shape}"
             assert dec.stats.n_generated == N_NEW
     if name == "tiny_vocab":
@@ -52,7 +52,7 @@ def test_greedy_equals_autoregressive(heads, name, dtype):
 def test_a_phase_over_the_draft_vocabulary_grows_the_full_vocabulary_tree(heads, shape):
     """The compiled phases read the head's logits over its draft vocabulary alone and map the chosen columns to
     token ids (draft_space); the tree is the one grown over the whole vocabulary with -inf outside it."""
-    from yggc.runtime.drafters.eagle3_decoder import Eagle3DraftPhase
+    from yggc.runtime.drafters.eagle3_proposer import Eagle3DraftPhase
 
     verifier, head = drafters.load_pair(*heads["llama_gqa"], torch.float32, 64)
     dec = drafters.speculative_decoder(verifier.graph, head.graph, verifier.layout, TreeShape(*shape))
@@ -62,8 +62,8 @@ def test_a_phase_over_the_draft_vocabulary_grows_the_full_vocabulary_tree(heads,
     for seed in range(3):
         prompt = torch.randint(1, vocab, (6 + 5 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         with torch.inference_mode():
-            dec.prefill_models(prompt)
-            inputs = dec.phase_inputs([prompt[-1]], len(prompt))
+            dec.proposer.prefill(prompt, 0)
+            inputs = dec.proposer.phase_inputs([prompt[-1]], len(prompt))
             a, b = whole(*inputs), draft(*inputs)
         for name, x, y in zip(("tokens", "parents", "depth"), a, b):
             assert torch.equal(x, y), name
@@ -72,22 +72,23 @@ def test_a_phase_over_the_draft_vocabulary_grows_the_full_vocabulary_tree(heads,
 
 
 def test_eager_sampled_tree_path_equals_fused_phase(heads):
-    """node_logits (the eager path sampling uses) gives the fused draft phase's tree for the same state."""
+    """The proposer's node_logits (the eager path sampling uses) gives the fused draft phase's tree for the same state."""
     verifier, head = drafters.load_pair(*heads["tiny_vocab"], torch.float32, 64)
     shape = TreeShape(3, 2, 6)
     dec = drafters.speculative_decoder(verifier.graph, head.graph, verifier.layout, shape)
     prompt = [1, 5, 2, 3, 7]
     with torch.inference_mode():
-        dec.prefill_models(prompt)
-        fused = dec.draft_tree([4], len(prompt)).tree
+        dec.proposer.prefill(prompt, 0)
+        fused = dec.draft_greedy([4], len(prompt)).tree
         # the same growth through root_logits + node_logits, greedily (the sampled drafting's two hooks)
         from yggc.tree.egt import egt_frontier, egt_init, egt_step
 
         state = egt_init(4, shape.depth, shape.width, dec.vocab)
-        state = egt_step(state, torch.log_softmax(dec.root_logits([4], len(prompt)), -1).expand(shape.width, -1))
+        root = dec.proposer.root_logits([4], len(prompt))
+        state = egt_step(state, torch.log_softmax(root, -1).expand(shape.width, -1))
         for _ in range(shape.depth - 1):
             f = egt_frontier(state)
-            logits = dec.node_logits(f.tokens, state.parents[f.ids], f.ids, f.depth, f.mask, len(prompt),
+            logits = dec.proposer.node_logits(f.tokens, state.parents[f.ids], f.ids, f.depth, f.mask, len(prompt),
                                      dec.layout.view(len(prompt) + shape.n_nodes))
             state = egt_step(state, torch.log_softmax(logits, -1))
     assert torch.equal(state.tokens, fused.tokens) and torch.equal(state.parents, fused.parents)
@@ -101,11 +102,11 @@ def first_two(dec, prompt, root, params, n_samples):
     counts = torch.zeros(vocab * vocab, dtype=torch.float64)
     stop = StopPolicy(100, (), dec.layout)
     with torch.inference_mode():
-        dec.prefill_models(prompt)
-        features = dec.pending_features
+        dec.proposer.prefill(prompt, 0)
+        features = dec.proposer.pending_features
         for seed in range(n_samples):
             gen = torch.Generator().manual_seed(seed)
-            dec.pending_features = features
+            dec.proposer.pending_features = features
             new, n, pending = dec.iterate(len(prompt), [root], params, gen, stop)
             if len(new) < 2:
                 new += dec.iterate(n, pending, params, gen, stop)[0]

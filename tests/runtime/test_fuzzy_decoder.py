@@ -11,7 +11,8 @@ from yggc.graphs.fuzzy import FuzzyDrafter, fuzzy_groups
 from yggc.artifacts.cache_layout import CacheLayout, prefill
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.drafters.fuzzy_decoder import FuzzyDecoder
+from yggc.runtime.drafters.fuzzy_proposer import FuzzyProposer
+from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams
 
 LAYOUT = CacheLayout(160)
@@ -28,10 +29,10 @@ def deep_pairs(checkpoint, ckpt_root):
     return out
 
 
-def fuzzy_decoder(verifier, drafter, shape, size, span) -> FuzzyDecoder:
+def fuzzy_decoder(verifier, drafter, shape, size, span) -> SpeculativeDecoder:
     sets = fuzzy_groups(drafter.cfg.n_layers, size, span)
     assert sets  # something runs fuzzily
-    return FuzzyDecoder(verifier, drafter, LAYOUT, TreeShape(*shape), FuzzyDrafter(drafter, sets))
+    return SpeculativeDecoder(FuzzyProposer(verifier, drafter, LAYOUT, TreeShape(*shape), FuzzyDrafter(drafter, sets)))
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
@@ -57,7 +58,7 @@ def test_bonus_calibration_leaves_the_exact_drafter_cache(deep_pairs, name):
     params, stop, gen = SamplingParams(), StopPolicy(200, (), LAYOUT), torch.Generator()
     committed = torch.randint(1, 290, (9,), generator=torch.Generator().manual_seed(4)).tolist()
     with torch.inference_mode():
-        logits = dec.prefill_models(committed)
+        logits = dec.proposer.prefill(committed, 0)
         n, pending = len(committed), [int(logits.argmax())]
         committed += pending
         checked = 0
@@ -77,8 +78,8 @@ def test_bonus_calibration_leaves_the_exact_drafter_cache(deep_pairs, name):
 def test_sampling_matches_verifier_distribution(tiny_pair, shape, tree_rule):
     verifier, drafter, layout = tiny_pair
     params, prompt, root = SamplingParams(temperature=1.0), [1, 5, 2], 3
-    dec = FuzzyDecoder(verifier, drafter, layout, TreeShape(*shape), FuzzyDrafter(drafter, ((0, 1),)),
-                       tree_rule=tree_rule)
+    proposer = FuzzyProposer(verifier, drafter, layout, TreeShape(*shape), FuzzyDrafter(drafter, ((0, 1),)))
+    dec = SpeculativeDecoder(proposer, tree_rule=tree_rule)
     counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES)
     p_value = chi2_pvalue(counts, exact_two(verifier, layout, prompt + [root], params))
     assert p_value > 1e-3, f"emitted tokens do not follow the verifier (p={p_value:.2g})"

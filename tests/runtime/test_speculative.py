@@ -12,7 +12,7 @@ from yggc.graphs import load_model
 from yggc.artifacts.cache_layout import CacheLayout, causal_rows
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder, StopPolicy
-from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.drafters import speculative_decoder
 from yggc.tree.sampling import SamplingParams, target_probs
 
 SHAPES = [(1, 1, 1), (4, 1, 4), (6, 1, 3), (3, 2, 6), (4, 3, 7), (5, 4, 20), (2, 4, 3)]  # (D, W, V)
@@ -63,7 +63,7 @@ def test_per_iteration_shapes_keep_greedy_output(pairs, name, tree_code):
     prompt = torch.randint(1, verifier.cfg.vocab_size, (9,), generator=torch.Generator().manual_seed(3)).tolist()
     ref = decode(AutoregressiveDecoder(verifier, layout), prompt)
     policy = CyclingPolicy(shapes)
-    dec = SpeculativeDecoder(verifier, drafter, layout, shapes[0], policy=policy)
+    dec = speculative_decoder(verifier, drafter, layout, shapes[0], policy=policy)
     assert decode(dec, prompt) == ref
     assert len(policy.seen) == len(shapes)  # every shape drafted at least once, switching every iteration
     assert all(f.shape == (9,) and torch.isfinite(f).all() for f in policy.features)
@@ -79,7 +79,7 @@ def test_greedy_equals_autoregressive(pairs, name):
         prompt = torch.randint(1, vocab, (7 + 5 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
         ref = decode(AutoregressiveDecoder(verifier, layout), prompt)
         for shape in SHAPES:
-            dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(*shape))
+            dec = speculative_decoder(verifier, drafter, layout, TreeShape(*shape))
             assert_greedy_equal(decode(dec, prompt), ref, verifier, layout, prompt, f"{name} {shape}")
             st = dec.stats
             assert st.n_generated == N_NEW and sum(st.accepted_lengths) == st.n_accept
@@ -90,7 +90,7 @@ def test_drafts_get_accepted(pairs):
     """The noisy drafter agrees often enough that deep acceptance (and the lagging-drafter path) is exercised."""
     models, layout = pairs
     verifier, drafter = models["llama_gqa"]
-    dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(4, 1, 4))
+    dec = speculative_decoder(verifier, drafter, layout, TreeShape(4, 1, 4))
     decode(dec, [3, 1, 4, 1, 5, 9, 2, 6])
     assert max(dec.stats.accepted_lengths) == 4  # a leaf the drafter never ran on was accepted
     assert dec.stats.summary()["mean_accepted_length"] > 2.0
@@ -99,7 +99,7 @@ def test_drafts_get_accepted(pairs):
 def test_identical_drafter_accepts_everything(pairs):
     models, layout = pairs
     verifier, _ = models["qwen2_bias"]
-    dec = SpeculativeDecoder(verifier, verifier, layout, TreeShape(3, 1, 3))
+    dec = speculative_decoder(verifier, verifier, layout, TreeShape(3, 1, 3))
     got = decode(dec, [7, 8, 9], n=33)
     assert got == decode(AutoregressiveDecoder(verifier, layout), [7, 8, 9], n=33)
     assert dec.stats.accepted_lengths[:-1] == [3] * (len(dec.stats.accepted_lengths) - 1)
@@ -112,7 +112,7 @@ def test_tree_near_kv_capacity_falls_back_to_single_steps(pairs):
     v2, d2 = (load_model_like(m, layout) for m in (verifier, drafter))
     prompt = list(range(1, 11))
     ref = decode(AutoregressiveDecoder(v2, layout), prompt, n=100)
-    dec = SpeculativeDecoder(v2, d2, layout, TreeShape(4, 4, 16))
+    dec = speculative_decoder(v2, d2, layout, TreeShape(4, 4, 16))
     assert decode(dec, prompt, n=100) == ref
     assert "kv cache full" in dec.stats.stop_reason and len(ref) == 31
 
@@ -162,7 +162,7 @@ def first_two_after_root(dec, prompt, root, params, n_samples, before_each=lambd
     counts = torch.zeros(vocab * vocab, dtype=torch.float64)
     stop = StopPolicy(100, (), dec.layout)
     with torch.inference_mode():
-        dec.prefill_models(prompt)
+        dec.proposer.prefill(prompt, 0)
         for seed in range(n_samples):
             before_each()
             gen = torch.Generator().manual_seed(seed)
@@ -184,7 +184,7 @@ SAMPLED = [((3, 2, 6), "block", "rrs", T1), ((3, 3, 5), "block", "rrs", Sampling
 def test_sampling_matches_verifier_distribution(tiny_pair, shape, chain_rule, tree_rule, params):
     verifier, drafter, layout = tiny_pair
     prompt, root = [1, 5, 2], 3
-    dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(*shape), chain_rule=chain_rule, tree_rule=tree_rule)
+    dec = speculative_decoder(verifier, drafter, layout, TreeShape(*shape), chain_rule=chain_rule, tree_rule=tree_rule)
     counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES)
     p_value = chi2_pvalue(counts, exact_two(verifier, layout, prompt + [root], params))
     assert p_value > 1e-3, f"emitted tokens do not follow the verifier (p={p_value:.2g})"
@@ -206,12 +206,12 @@ def test_an_unknown_rule_is_one_clear_error(tiny_pair):
 
     verifier, drafter, layout = tiny_pair
     with pytest.raises(YggcError, match="trees rrs, traversal or point-mass"):
-        SpeculativeDecoder(verifier, drafter, layout, TreeShape(2, 2, 4), tree_rule="traverse")
+        speculative_decoder(verifier, drafter, layout, TreeShape(2, 2, 4), tree_rule="traverse")
 
 
 def test_sampling_is_reproducible(tiny_pair):
     verifier, drafter, layout = tiny_pair
-    dec = SpeculativeDecoder(verifier, drafter, layout, TreeShape(3, 2, 5))
+    dec = speculative_decoder(verifier, drafter, layout, TreeShape(3, 2, 5))
     runs = [decode(dec, [1, 2], n=12, params=SamplingParams(1.0, seed=s)) for s in (1, 1, 2)]
     assert runs[0] == runs[1] and runs[0] != runs[2]
 

@@ -16,9 +16,9 @@ from yggc.artifacts.cache_layout import CacheLayout, prefill
 from yggc.plan.shape import TreeShape
 from yggc.runtime import drafters
 from yggc.runtime.autoregressive import PREFILL_CHUNK, AutoregressiveDecoder
+from yggc.runtime.drafters import speculative_decoder
 from yggc.runtime.drafters.suffix_branches import ranked_values, with_suffix_branches
-from yggc.runtime.drafters.suffix_drafter import SuffixDrafter
-from yggc.runtime.speculative import SpeculativeDecoder
+from yggc.runtime.drafters.suffix_proposer import SuffixDrafter
 from yggc.tree.prune import rank_nodes
 from yggc.tree.sampling import SamplingParams
 from yggc.tree.token_tree import TokenTree
@@ -53,10 +53,10 @@ def check_greedy(make_decoder, verifier, prompt, n=60, shapes=SHAPES) -> int:
     beyond_model = 0
     for shape, branches in shapes:
         dec = hybrid(make_decoder(TreeShape(*shape)), branches)
-        verified, score, ops = [], dec.score_draft, dec.verify_greedy_ops  # nodes each verifier call checked
+        verified, score, ops = [], dec.score_draft, dec.verify_point_mass_ops  # nodes each verifier call checked
         dec.score_draft = lambda draft, n, score=score, verified=verified: (  # the host rule: kept ids less the root
             out := score(draft, n), verified.append(len(out[0]) - 1))[0]
-        dec.verify_greedy_ops = lambda draft, n, ops=ops, verified=verified, dec=dec: (  # the tree ops: V handed in
+        dec.verify_point_mass_ops = lambda draft, n, ops=ops, verified=verified, dec=dec: (  # the tree ops: V handed in
             verified.append(draft.n_verified(dec.shape.verify)), ops(draft, n))[1]
         assert_greedy_equal(decode(dec, prompt, n=n), ref, verifier, LAYOUT, prompt, f"{shape} {branches}")
         st = dec.stats
@@ -75,7 +75,7 @@ def test_standalone_drafter_with_branches_equals_autoregressive(pair_paths, name
     v, d = pair_paths[name]
     verifier, drafter = (load_model(p, LAYOUT.n_slots).to(dtype) for p in (v, d))
     prompt = repeating_prompt(verifier.cfg.vocab_size, seed=len(name))
-    check_greedy(lambda shape: SpeculativeDecoder(verifier, drafter, LAYOUT, shape), verifier, prompt)
+    check_greedy(lambda shape: speculative_decoder(verifier, drafter, LAYOUT, shape), verifier, prompt)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -99,7 +99,7 @@ def test_paths_through_suffix_drafts_are_caught_up(pair_paths, path, monkeypatch
     verifier, drafter = load_model(v, LAYOUT.n_slots), load_model(d, LAYOUT.n_slots)
     prompt = [5, 6, 7]
     ref = decode(AutoregressiveDecoder(verifier, LAYOUT), prompt, n=120)
-    dec = hybrid(SpeculativeDecoder(verifier, drafter, LAYOUT, TreeShape(1, 2, 2)), (6, 2, 8))
+    dec = hybrid(speculative_decoder(verifier, drafter, LAYOUT, TreeShape(1, 2, 2)), (6, 2, 8))
     assert decode(dec, prompt, n=120) == ref
     assert sum(k > 1 for k in dec.stats.accepted_lengths) > 5
     covered = dec.drafter_covered  # the drafter's slots 0..covered-1 are exact
@@ -115,9 +115,9 @@ def test_branches_are_priced_by_measured_acceptance(pair_paths):
     """A branch whose matches keep failing stops being verified; one that keeps being accepted stays."""
     v, d = pair_paths["qwen2_bias"]
     verifier, drafter = load_model(v, LAYOUT.n_slots), load_model(d, LAYOUT.n_slots)
-    dec = hybrid(SpeculativeDecoder(verifier, drafter, LAYOUT, TreeShape(1, 2, 2)), (4, 1, 4))
+    dec = hybrid(speculative_decoder(verifier, drafter, LAYOUT, TreeShape(1, 2, 2)), (4, 1, 4))
     decode(dec, [5, 6, 7], n=100)
-    rates = dec.suffix.rates
+    rates = dec.proposer.suffix.rates
     assert sum(map(sum, rates.tried.values())) > 0
     for match in rates.tried:
         assert 0.0 < rates.rate(match) < 1.0 and 0.0 < rates.rate(match, later=True) < 1.0
@@ -130,9 +130,9 @@ def test_branches_are_priced_by_measured_acceptance(pair_paths):
 def test_sampling_matches_verifier_distribution(tiny_pair, params, prompt):
     verifier, drafter, layout = tiny_pair
     root = 3
-    dec = with_suffix_branches(SpeculativeDecoder(verifier, drafter, layout, TreeShape(2, 2, 3)),
+    dec = with_suffix_branches(speculative_decoder(verifier, drafter, layout, TreeShape(2, 2, 3)),
                                SuffixDrafter(), TreeShape(3, 2, 4), min_chance=0.05)
-    counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES, lambda: dec.suffix.restart(prompt))
+    counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES, lambda: dec.proposer.suffix.restart(prompt))
     p_value = chi2_pvalue(counts, exact_two(verifier, layout, prompt + [root], params))
     assert p_value > 1e-3, f"emitted tokens do not follow the verifier (p={p_value:.2g})"
     assert dec.stats.n_accept > 0
@@ -156,7 +156,7 @@ def test_a_profiled_cost_verifies_only_what_pays(pair_paths):
     ref = decode(AutoregressiveDecoder(verifier, LAYOUT), prompt, n=80)
     accepted = {}
     for label, cost in (("dear", lambda r: 10.0 * (1 + r)), ("free", lambda r: 10.0)):
-        dec = with_suffix_branches(SpeculativeDecoder(verifier, drafter, LAYOUT, TreeShape(1, 2, 2)),
+        dec = with_suffix_branches(speculative_decoder(verifier, drafter, LAYOUT, TreeShape(1, 2, 2)),
                                    SuffixDrafter(min_n=1), TreeShape(6, 2, 8), 0.05, iteration_ms=cost)
         assert decode(dec, prompt, n=80) == ref, label
         accepted[label] = dec.stats.n_accept
@@ -166,16 +166,16 @@ def test_a_profiled_cost_verifies_only_what_pays(pair_paths):
 def test_a_greedy_request_gets_suffix_branches_by_default(demo_runtime):
     """Runtime.request_decoder: greedy requests draft the suffix branches beside the plan's tree unless told not to,
     sampled ones only when told; generate's default equals the verifier alone."""
-    from yggc.runtime.drafters.suffix_branches import SuffixBranches, branches_by_default
+    from yggc.runtime.drafters.suffix_branches import branches_by_default, has_suffix_branches
 
     assert branches_by_default("cpu", 1, sampling=False)
     assert not any((branches_by_default("cuda", 1, False), branches_by_default("cpu", 2, False),
                     branches_by_default("cpu", 1, True)))
     rt = demo_runtime
-    assert isinstance(rt.request_decoder(sampling=False), SuffixBranches)
-    assert not isinstance(rt.request_decoder(sampling=False, suffix_branches=False), SuffixBranches)
-    assert not isinstance(rt.request_decoder(sampling=True), SuffixBranches)
-    assert isinstance(rt.request_decoder(sampling=True, suffix_branches=True), SuffixBranches)
+    assert has_suffix_branches(rt.request_decoder(sampling=False))
+    assert not has_suffix_branches(rt.request_decoder(sampling=False, suffix_branches=False))
+    assert not has_suffix_branches(rt.request_decoder(sampling=True))
+    assert has_suffix_branches(rt.request_decoder(sampling=True, suffix_branches=True))
     prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
     out = rt.generate(prompt, 40)
     assert out.tokens == rt.generate(prompt, 40, decoder=rt.decoder(speculative=False)).tokens

@@ -10,7 +10,8 @@ from yggc.graphs import load_model
 from yggc.artifacts.cache_layout import CacheLayout
 from yggc.plan.shape import TreeShape
 from yggc.runtime.autoregressive import AutoregressiveDecoder
-from yggc.runtime.drafters.suffix_drafter import SuffixDecoder, SuffixDrafter
+from yggc.runtime.drafters.suffix_proposer import SuffixDrafter, SuffixProposer
+from yggc.runtime.speculative import SpeculativeDecoder
 from yggc.tree.sampling import SamplingParams
 
 SHAPES = [(1, 1, 1), (4, 1, 4), (6, 3, 8), (3, 2, 4)]  # (tokens per branch, branches, verified nodes)
@@ -43,7 +44,7 @@ def test_greedy_equals_autoregressive(verifiers, name, dtype, path, monkeypatch)
     prompt = repeating_prompt(verifier.cfg.vocab_size, seed=len(name))
     ref = decode(AutoregressiveDecoder(verifier, layout), prompt, n=60)
     for shape in SHAPES:
-        dec = SuffixDecoder(verifier, SuffixDrafter(), layout, TreeShape(*shape))
+        dec = SpeculativeDecoder(SuffixProposer(verifier, SuffixDrafter(), layout, TreeShape(*shape)))
         assert decode(dec, prompt, n=60) == ref, f"{name} {dtype} {shape}"
         st = dec.stats
         assert st.n_generated == 60 and sum(st.accepted_lengths) == st.n_accept
@@ -59,10 +60,10 @@ def test_a_looping_verifier_is_drafted_whole_and_rates_are_recorded(verifiers, p
     verifier = load_model(paths["qwen2_bias"], layout.n_slots)
     prompt = [5, 6, 7]
     ref = decode(AutoregressiveDecoder(verifier, layout), prompt, n=120)
-    dec = SuffixDecoder(verifier, SuffixDrafter(max_n=8), layout, TreeShape(4, 2, 8))
+    dec = SpeculativeDecoder(SuffixProposer(verifier, SuffixDrafter(max_n=8), layout, TreeShape(4, 2, 8)))
     assert decode(dec, prompt, n=120) == ref
     assert dec.stats.accepted_lengths[-4:] == [4] * 4  # the tail loops: every branch taken whole
-    rates = dec.drafter.rates
+    rates = dec.proposer.suffix.rates
     assert rates.rate(8, later=True) > 0.9 and rates.chance(8, 4) > 0.75 > 0.25 > rates.chance(2, 4)
 
 
@@ -70,7 +71,7 @@ def test_no_repeats_is_plain_decoding(verifiers):
     paths, layout = verifiers
     verifier = load_model(paths["qwen2_bias"], layout.n_slots)
     prompt = [11, 12, 13, 14]
-    dec = SuffixDecoder(verifier, SuffixDrafter(min_n=8, max_n=8), layout, TreeShape(3, 2, 5))
+    dec = SpeculativeDecoder(SuffixProposer(verifier, SuffixDrafter(min_n=8, max_n=8), layout, TreeShape(3, 2, 5)))
     assert decode(dec, prompt, n=10) == decode(AutoregressiveDecoder(verifier, layout), prompt, n=10)
     assert dec.stats.n_accept == 0 and dec.stats.n_iterations == 9  # one verifier row per iteration
 
@@ -79,8 +80,8 @@ def test_no_repeats_is_plain_decoding(verifiers):
 def test_sampling_matches_verifier_distribution(tiny_pair, params):
     verifier, _, layout = tiny_pair
     prompt, root = [2, 3, 4, 2, 3, 1, 2], 3  # the text ends 2 3: two branches, 4 2 3 .. and 1 2 3 ..
-    dec = SuffixDecoder(verifier, SuffixDrafter(), layout, TreeShape(3, 2, 6))
-    counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES, lambda: dec.drafter.restart(prompt))
+    dec = SpeculativeDecoder(SuffixProposer(verifier, SuffixDrafter(), layout, TreeShape(3, 2, 6)))
+    counts = first_two_after_root(dec, prompt, root, params, N_SAMPLES, lambda: dec.proposer.suffix.restart(prompt))
     p_value = chi2_pvalue(counts, exact_two(verifier, layout, prompt + [root], params))
     assert p_value > 1e-3, f"emitted tokens do not follow the verifier (p={p_value:.2g})"
     assert dec.stats.n_accept > 0

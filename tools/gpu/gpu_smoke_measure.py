@@ -145,7 +145,8 @@ def host_share_row(section: str, rt, prompt: list[int], iterations: int = 30) ->
             return out
         return call
 
-    dec.run_draft, dec.run_verify = timed(dec.run_draft), timed(dec.run_verify)
+    phases = dec.proposer.phases
+    phases.run, dec.run_verify = timed(phases.run), timed(dec.run_verify)
     iterations = max(1, min(iterations, (layout.max_seq - len(prompt) - rt.shape.n_nodes) // (rt.shape.depth + 1) - 3))
     with torch.inference_mode(), torch.device(dec.device):
         logits = prefill(dec.verifier, prompt, 0, layout, PREFILL_CHUNK)

@@ -42,7 +42,7 @@ def sampling_decoder(rt: Runtime, rule: str, shape: TreeShape):
     instead of the rank's acceptance rate (sampled_egt.RANK_ACCEPTANCE)."""
     dec = rt.decoder(shape=shape, tree_rule="rrs" if rule in ("chain", "rrs-q") else rule)
     if rule == "rrs-q":
-        dec.rank_rates = None
+        dec.proposer.rank_rates = None
     return dec
 
 

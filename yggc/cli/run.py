@@ -12,7 +12,8 @@ from ..plan.shape import TreeShape
 from ..runtime import drafters, loading
 from ..runtime.autoregressive import AutoregressiveDecoder
 from ..runtime.detokenize import StreamDecoder
-from ..runtime.drafters.suffix_branches import SuffixBranches, with_suffix_branches
+from ..runtime.drafters.suffix_branches import has_suffix_branches, with_suffix_branches
+from ..runtime.speculative import SpeculativeDecoder
 from ..tree.sampling import SamplingParams
 
 DEFAULT_DEPTH, DEFAULT_WIDTH = 4, 2
@@ -50,11 +51,11 @@ def eager_decoder(args: argparse.Namespace):
     if drafter is None:
         return verifier, AutoregressiveDecoder(verifier.graph, verifier.layout)
     if args.draft_parallel == "fuzzy":
-        from ..runtime.drafters.fuzzy_decoder import FuzzyDecoder, fuzzy_drafter
+        from ..runtime.drafters.fuzzy_proposer import fuzzy_drafter
 
         fuzzy = fuzzy_drafter(drafter.graph, args.fuzzy_layers or max(2, tp_world(args)), args.fuzzy_span)
-        return verifier, FuzzyDecoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args), fuzzy,
-                                      args.chain_rule, args.tree_rule)
+        proposer = drafters.PROPOSERS["fuzzy"](verifier.graph, drafter.graph, verifier.layout, tree_shape(args), fuzzy)
+        return verifier, SpeculativeDecoder(proposer, args.chain_rule, tree_rule=args.tree_rule)
     dec = drafters.speculative_decoder(verifier.graph, drafter.graph, verifier.layout, tree_shape(args),
                                        args.chain_rule, args.tree_rule)
     return verifier, dec
@@ -89,7 +90,7 @@ def bundle_decoder(args: argparse.Namespace):
 
 def suffix_decoder(args: argparse.Namespace):
     """--suffix: the verifier (the bundle's compiled one, or -m eagerly) drafting from its own text."""
-    from ..runtime.drafters.suffix_drafter import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
+    from ..runtime.drafters.suffix_proposer import SUFFIX_SHAPE, SuffixDrafter
 
     if args.model_draft or args.no_spec or args.draft_parallel != "sequential":
         raise YggcError("--suffix drafts from the text, with no drafter; drop -md, --no-spec and --draft-parallel")
@@ -98,7 +99,8 @@ def suffix_decoder(args: argparse.Namespace):
         rt = bundle_runtime(args)
         return rt.verifier, rt.suffix_decoder(shape)
     verifier, _ = load_models(args)
-    return verifier, SuffixDecoder(verifier.graph, SuffixDrafter(), verifier.layout, shape)
+    proposer = drafters.PROPOSERS["suffix"](verifier.graph, SuffixDrafter(), verifier.layout, shape)
+    return verifier, SpeculativeDecoder(proposer)
 
 
 def suffix_choice(args: argparse.Namespace) -> bool | None:
@@ -109,10 +111,10 @@ def suffix_choice(args: argparse.Namespace) -> bool | None:
 def add_suffix_branches(args: argparse.Namespace, decoder):
     """--with-suffix: the text's suffix matches as extra branches of the drafter's tree (a bundle's decoder has them
     from bundle_decoder, priced with its profile)."""
-    if not hasattr(decoder, "draft_tree") or args.draft_parallel != "sequential":
+    if getattr(getattr(decoder, "proposer", None), "drafter", None) is None or args.draft_parallel != "sequential":
         raise YggcError("--with-suffix adds branches to a drafter's tree, and this run has none (--no-spec, no "
                         "drafter, --draft-parallel, or the bundle's plan: force a tree with --depth/--width)")
-    return decoder if isinstance(decoder, SuffixBranches) else with_suffix_branches(decoder)
+    return with_suffix_branches(decoder)
 
 
 def prompt_ids_of(args: argparse.Namespace, verifier: loading.LoadedModel) -> list[int]:
@@ -234,7 +236,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.json:
         extra = {"trace": trace.summary()} if trace else {}
         print(json.dumps({"tokens": text.ids, "text": text.text(), "prompt_ids": prompt_ids, **stats.summary(),
-                          "suffix_branches": isinstance(decoder, SuffixBranches), **extra}))
+                          "suffix_branches": has_suffix_branches(decoder), **extra}))
     else:
         print()
         for line in stats.log_lines() + ([traced] if traced else []):

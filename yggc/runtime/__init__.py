@@ -1,5 +1,5 @@
-"""Decoding: Runtime, the autoregressive and speculative decoders, the drafter kinds (drafters/), the draft and
-verify phases, chat templates, the trace. Compiled buckets and their backends live below, in yggc.artifacts.
+"""Decoding: Runtime, the autoregressive decoder and the speculative decode loop, the proposers and drafter kinds
+(drafters/, one registry), the draft and verify phases, chat templates, the trace. Compiled buckets and their backends live below, in yggc.artifacts.
 
 May import yggc.graphs, yggc.tree, yggc.plan, yggc.bundle and yggc.artifacts; never yggc.passes, yggc.bench,
 yggc.serve or yggc.cli.

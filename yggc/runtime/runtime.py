@@ -35,9 +35,10 @@ from .autoregressive import AutoregressiveDecoder
 from .constraint import Constraint, GrammarCompiler, GrammarSpec
 from .detokenize import StreamDecoder
 from .drafters.suffix_branches import branches_by_default, with_suffix_branches
-from .drafters.suffix_drafter import SUFFIX_SHAPE, SuffixDecoder, SuffixDrafter
+from .drafters.suffix_proposer import SUFFIX_SHAPE, SuffixDrafter
 from .logprobs import TokenLogprob
 from .request_lock import RequestLock
+from .speculative import SpeculativeDecoder
 from .stats import DecodeStats
 from .tp_processes import check_world, rank_world, verifier_loader
 
@@ -175,8 +176,8 @@ class Runtime:
                                            chain_rule, tree_rule, draft,
                                            self.verify_runners.get((shape.depth, shape.width, shape.verify)), policy)
         if compiled_draft:  # the depth predictor's shapes draft through their compiled phases too (O2)
-            dec.compiled_drafts.update(self.draft_runners)
-        dec.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's measured rates)
+            dec.proposer.phases.compiled.update(self.draft_runners)
+        dec.proposer.rank_rates = self.rank_rates  # what a sampled tree prices its draws at (the bundle's rates)
         return with_suffix_branches(dec, iteration_ms=self.iteration_ms) if suffix_branches else dec
 
     def plan_for(self, sampling: bool) -> tuple[TreeShape, bool]:
@@ -197,10 +198,11 @@ class Runtime:
         plan decodes autoregressively there is no tree to add them to."""
         return self.decoder(sampling=sampling, suffix_branches=self.suffix_branches_for(sampling, suffix_branches))
 
-    def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SuffixDecoder:
-        """Drafts from the text's own repeats (runtime/drafters/suffix_drafter.py), verified by the bundle's compiled
+    def suffix_decoder(self, shape: TreeShape = SUFFIX_SHAPE) -> SpeculativeDecoder:
+        """Drafts from the text's own repeats (runtime/drafters/suffix_proposer.py), verified by the bundle's compiled
         verifier; the drafter does not run. `shape`: tokens per branch, branches, nodes verified at most."""
-        return SuffixDecoder(self.compiled["verifier"], SuffixDrafter(), self.verifier.layout, shape)
+        proposer = drafters.PROPOSERS["suffix"](self.compiled["verifier"], SuffixDrafter(), self.verifier.layout, shape)
+        return SpeculativeDecoder(proposer)
 
     def encode(self, prompt: str | list[int] | None = None, messages: list[dict[str, str]] | None = None) -> list[int]:
         """Token ids of a text prompt, of token ids as given, or of chat `messages` through the chat template."""

@@ -15,7 +15,7 @@ import time
 
 from ..errors import YggcError
 from ..runtime.constraint import GrammarError
-from ..runtime.drafters.suffix_branches import SuffixBranches
+from ..runtime.drafters.suffix_branches import has_suffix_branches
 from ..runtime.runtime import Runtime
 from .api_errors import ApiError
 from .jobs import Delta, Failed, Finished, Job, Started, Usage
@@ -44,7 +44,7 @@ def request_stats(dec, stop_reason: str, ttft_s: float | None, tpot_s: float | N
            "n_iterations": st.n_iterations, "n_drafted": st.n_drafted, "n_accept": st.n_accept}
     if shape is not None:
         out["tree"] = {"depth": shape.depth, "width": shape.width, "verify": shape.verify}
-        out["suffix_branches"] = isinstance(dec, SuffixBranches)
+        out["suffix_branches"] = has_suffix_branches(dec)
     if st.n_iterations:
         out["acceptance_rate"] = round(st.n_accept / st.n_drafted, 4) if st.n_drafted else 0.0
         out["mean_accepted_length"] = round((st.n_accept + st.n_iterations) / st.n_iterations, 4)

@@ -1,11 +1,15 @@
-"""Drafter kinds as plug-ins: what a drafter kind provides (DrafterKind), which kind a folder or a graph is, and
-the pair-level entry points built on them (the pair check, loading, the decoder, compiled models).
+"""The proposers and the drafter kinds, in one registry: every proposer (PROPOSERS: what the CLI builds by name) and
+every kind of drafter model (KINDS: what a folder or a graph is, how it loads, lowers and what a manifest records),
+with the pair-level entry points built on them (the pair check, loading, the decoder, compiled models).
 
-One file per kind: `standalone_kind` (a small LM with the verifier's tokenizer: graphs.LlamaGraph,
-SpeculativeDecoder) and `eagle3_kind` (an EAGLE-3 head that drafts from the verifier's features:
-graphs.eagle3.Eagle3Graph, Eagle3Decoder in `eagle3_decoder`). Only those files test which kind something is;
-everything else asks `kind_of` / `kind_of_folder` and calls the kind. A new drafter is a new file here and one
-more entry in KINDS.
+One file per proposer, each a class with the Proposer members (yggc/runtime/draft.py):
+`standalone_proposer` (a small LM with the verifier's tokenizer), `eagle3_proposer` (an EAGLE-3 head drafting from
+the verifier's features), `fuzzy_proposer` (the standalone drafter run layer-parallel, EasySpec), `suffix_proposer`
+(the text's own repeats, no model) and `suffix_branches` (a model proposer's tree with the suffix matches merged in:
+two proposers as one). A kind of drafter model is a file beside its proposer (`standalone_kind`, `eagle3_kind`)
+naming the proposer it drafts with. Only those files test which kind something is; everything else asks `kind_of`
+/ `kind_of_folder`. A new proposer is a new file here and one more entry in PROPOSERS (and in KINDS where it loads
+a new kind of model).
 """
 from __future__ import annotations
 
@@ -27,7 +31,12 @@ from ..draft_phase import FrozenPhase
 from ..loading import LoadedModel, load
 from ..speculative import SpeculativeDecoder
 from .eagle3_kind import Eagle3Kind
+from .eagle3_proposer import Eagle3Proposer
+from .fuzzy_proposer import FuzzyProposer
 from .standalone_kind import StandaloneKind
+from .standalone_proposer import StandaloneProposer
+from .suffix_branches import SuffixBranches
+from .suffix_proposer import SuffixProposer
 
 # how a loaded O2 package (its runner) is bound to its model: (runner, graph, fed) -> the callable bucket
 PackageBinder = Callable[[object, nn.Module, tuple[torch.Tensor, ...]], CacheInputBucket]
@@ -39,7 +48,7 @@ class DrafterKind(Protocol):
 
     name: str  # what a bundle's manifest records as the drafter's kind ("llama", "eagle3")
     description: str  # the kind in a message ("a standalone drafter", "an EAGLE-3 head")
-    decoder: type[SpeculativeDecoder]  # the tree decoder of a pair with this drafter
+    proposer: type  # the proposer that drafts with this kind of model (a PROPOSERS entry)
     # drafts from the verifier's features rather than being a whole LM: it has no forward buckets at O1 (it runs
     # inside the draft phase), its O2 package is lowered from forward_embedded, its steps are timed fed zero features,
     # and an O2 bundle keeps its feature fusion and the verifier's embedding beside the packages
@@ -93,6 +102,9 @@ class DrafterKind(Protocol):
         """What a bundle manifest records of its drafter, checked again at load."""
 
 
+# every proposer, by the name the CLI and a manifest use (its class's `name`)
+PROPOSERS: dict[str, type] = {p.name: p for p in (StandaloneProposer, Eagle3Proposer, FuzzyProposer, SuffixProposer,
+                                                   SuffixBranches)}
 # asked in turn: the first kind that claims a folder or a graph is its kind; the standalone kind claims any
 KINDS: tuple[DrafterKind, ...] = (Eagle3Kind(), StandaloneKind())
 
@@ -136,10 +148,10 @@ def speculative_decoder(verifier, drafter, layout: CacheLayout, shape: TreeShape
                         chain_rule: ChainRule = ChainRule.BLOCK, tree_rule: TreeRule = TreeRule.RRS,
                         draft_phase=None, verify_phase=None,
                         policy=None) -> SpeculativeDecoder:
-    """The decoder for the drafter's kind (verifier and drafter: graphs or compiled models around them);
-    `policy` (a DepthPolicy) picks each greedy iteration's shape."""
-    decoder = kind_of(drafter).decoder
-    return decoder(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule, policy)
+    """The decode loop over the proposer of the drafter's kind (verifier and drafter: graphs or compiled models
+    around them); `policy` (a DepthPolicy) picks each greedy iteration's shape."""
+    proposer = kind_of(drafter).proposer(verifier, drafter, layout, shape, draft_phase)
+    return SpeculativeDecoder(proposer, chain_rule, verify_phase, tree_rule, policy)
 
 
 def compiled_model(name: str, graph: nn.Module, packages: dict[int, Path], drafter, opt: OptLevel = OptLevel.O1,

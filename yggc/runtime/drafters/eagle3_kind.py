@@ -1,6 +1,6 @@
 """The EAGLE-3 head drafter kind (graphs.eagle3.Eagle3Graph): a one-layer head that drafts from the verifier's
 features, checked against the verifier it was trained for and bound to its token embedding; it decodes with
-Eagle3Decoder and compiles as Eagle3DraftPhase and FeatureVerifyPhase (eagle3_decoder.py).
+Eagle3Proposer and compiles as Eagle3DraftPhase and FeatureVerifyPhase (eagle3.py).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ...graphs.packed_table import PackedEmbedding
 from ...plan.shape import TreeShape
 from ..draft_phase import FrozenPhase
 from ..loading import LoadedModel
-from .eagle3_decoder import Eagle3Decoder, Eagle3DraftPhase, FeatureVerifyPhase, unfused
+from .eagle3_proposer import Eagle3DraftPhase, Eagle3Proposer, FeatureVerifyPhase, unfused
 
 
 def head_bucket(runner, head: nn.Module, fed: tuple[torch.Tensor, ...] = ()) -> HeadBucket:
@@ -32,7 +32,7 @@ class Eagle3Kind:
 
     name = "eagle3"
     description = "an EAGLE-3 head"
-    decoder = Eagle3Decoder
+    proposer = Eagle3Proposer
     head = True
     tensor_parallel = False
 

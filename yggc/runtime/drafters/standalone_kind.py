@@ -1,6 +1,6 @@
 """The standalone drafter kind: a small LM with the verifier's tokenizer (graphs.LlamaGraph), drafting token by token
-on its own KV cache (SpeculativeDecoder, the fused DraftPhase and GreedyVerifyPhase). It claims any folder and any
-graph, so it is the last kind `drafters.kind_of` asks.
+on its own KV cache (StandaloneProposer in standalone_proposer.py, the fused DraftPhase and GreedyVerifyPhase). It
+claims any folder and any graph, so it is the last kind `drafters.kind_of` asks.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from ...graphs import check_pair
 from ...plan.shape import TreeShape
 from ..draft_phase import DraftPhase
 from ..loading import LoadedModel, load
-from ..speculative import SpeculativeDecoder
 from ..verify_phase import GreedyVerifyPhase
+from .standalone_proposer import StandaloneProposer
 
 
 class StandaloneKind:
@@ -23,7 +23,7 @@ class StandaloneKind:
 
     name = "llama"
     description = "a standalone drafter"
-    decoder = SpeculativeDecoder
+    proposer = StandaloneProposer
     head = False
     tensor_parallel = True
 

@@ -7,28 +7,28 @@ departs. A suffix node is priced at the measured chance that a match of its leng
 are not added. Pruning ranks model and suffix nodes on one scale (exp(cum_logp): the drafter's probability, or
 the suffix price). How many to verify: with the bundle's profiled costs, the count that makes the most expected
 tokens per ms (verifier rows are not free: on a 2-core AVX2 CPU 12 rows of SmolLM2 cost 2.5x one); without
-them, the shape's V plus the nodes the branches added. Verification is the host rule on the merged tree (greedy argmax; at T > 0 the
-point-mass multi-draft rule, exact for any fixed tree), so the output stays the verifier's.
+them, the shape's V plus the nodes the branches added. The merged tree is a point-mass draft: greedy, the verify
+phase's tree ops on its own V; at T > 0 the point-mass multi-draft rule, exact for any fixed tree; so the output
+stays the verifier's.
 
 A path that leaves the model's nodes ends in tokens the drafter never ran on: the next iteration feeds them
-to it first (SpeculativeDecoder.catch_up), so its cache reads as if it had decoded them.
+to it first (the model proposer's catch_up), so its cache reads as if it had decoded them.
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from ...plan.shape import TreeShape
 from ...tree import host
 from ...tree.prune import best_verify_count
-from ...tree.sampling import SamplingParams
 from ...tree.token_tree import TokenTree
-from ..draft import Draft
-from ..speculative import SpeculativeDecoder
-from .suffix_drafter import PointMassGreedy, SuffixDrafter
+from ..draft import Draft, DraftRequest
+from ..speculative import GREEDY, SpeculativeDecoder
+from .suffix_proposer import SuffixDrafter
 
 # tokens per branch, branches, suffix nodes added at most. Long branches pay where text repeats at length (code
 # completion) and cost nothing measurable on chat, where the profiled costs keep the verify count where it pays
@@ -44,48 +44,67 @@ def branches_by_default(device_type: str, world: int, sampling: bool) -> bool:
     return not sampling and device_type == "cpu" and world == 1
 
 
-class SuffixBranches(PointMassGreedy):
-    """Mixin before a model decoder class (with_suffix_branches): its drafts get the suffix branches merged in."""
+class SuffixBranches:
+    """Proposer combining two into one tree: a model proposer's draft (`model`) with the suffix matches of the text
+    (`suffix`: the suffix proposer's index and rates). `shape`: tokens per branch, branches, suffix nodes added at
+    most."""
 
-    suffix: SuffixDrafter
-    branches_shape: TreeShape
-    min_chance: float
-    iteration_ms: Callable[[int], float] | None
-    proposals: list  # the last draft's suffix proposals (yggc.tree.suffix_match.Proposal)
+    name = "suffix-branches"
+    description = "a model's tree with the text's suffix matches merged in"
 
-    def nodes_needed(self) -> int:
-        return super().nodes_needed() + self.branches_shape.verify
+    def __init__(self, model, suffix: SuffixDrafter | None = None, shape: TreeShape = BRANCHES_SHAPE,
+                 min_chance: float = MIN_CHANCE, iteration_ms: Callable[[int], float] | None = None):
+        self.model, self.suffix = model, suffix or SuffixDrafter()
+        self.branches_shape, self.min_chance, self.iteration_ms = shape, min_chance, iteration_ms
+        self.verifier, self.layout, self.drafter = model.verifier, model.layout, model.drafter
+        self.verify_phase_kind = model.verify_phase_kind
+        self.extra_nodes = model.extra_nodes + shape.verify
+        self.proposals: list = []  # the last draft's suffix proposals (yggc.tree.suffix_match.Proposal)
 
-    def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
+    @property
+    def shape(self) -> TreeShape:
+        return self.model.shape
+
+    @property
+    def trace(self):
+        return self.model.trace
+
+    @trace.setter
+    def trace(self, trace) -> None:
+        self.model.trace = trace  # where the model proposer times its draft phase
+
+    def set_shape(self, shape: TreeShape) -> None:
+        self.model.set_shape(shape)
+
+    def reusable(self, prompt_ids: list[int]) -> int:
+        return self.model.reusable(prompt_ids)
+
+    def prefill(self, prompt_ids: list[int], start: int) -> torch.Tensor:
         self.suffix.restart(prompt_ids)
-        return super().prefill_models(prompt_ids, start)
+        return self.model.prefill(prompt_ids, start)
 
-    def draft_tree(self, pending: list[int], n: int) -> Draft:
-        return self.with_branches(super().draft_tree(pending, n), pending, n)
+    def propose(self, request: DraftRequest) -> Draft:
+        """Greedy: the model's tree with the branches. T > 0: with suffix proposals, the model's greedy-grown tree
+        and the branches, verified by the point-mass multi-draft rule; without, the model's own sampled draft and
+        its rule (the rule follows the draft)."""
+        self.proposals = self.suffix.propose(request.pending, request.n, self.branches_shape.depth,
+                                             self.branches_shape.width)
+        if request.params.greedy:
+            return self.with_branches(self.model.propose(request))
+        if not self.proposals:
+            return self.model.propose(request)
+        greedy = DraftRequest(request.pending, request.n, GREEDY, request.gen, None, request.sampled_tree)
+        return self.with_branches(self.model.propose(greedy))
 
-    def draft_tree_constrained(self, pending: list[int], n: int) -> Draft:
-        return self.with_branches(super().draft_tree_constrained(pending, n), pending, n)
+    def accept(self, new: list[int], last_id: int, draft: Draft, moves: torch.Tensor,
+               rows: tuple[torch.Tensor, ...]) -> list[int]:
+        self.suffix.rates.record_outcome(self.proposals, new)
+        self.suffix.index.extend(new[:-1])  # the bonus token (the next root) joins with the next draft
+        return self.model.accept(new, last_id, draft, moves, rows)
 
-    def draft_sampled(self, pending: list[int], n: int, params: SamplingParams, gen: torch.Generator) -> Draft:
-        """T > 0: with suffix proposals, the greedy-grown tree and the branches, verified by the point-mass
-        multi-draft rule; without, the model's own sampled draft and its rule (the rule follows the draft)."""
-        if not self.propose(pending, n):
-            return super().draft_sampled(pending, n, params, gen)
-        return self.draft_tree(pending, n)
-
-    def propose(self, pending: list[int], n: int) -> list:
-        """The suffix proposals after root pending[-1] at slot n (kept for record_outcome)."""
-        index = self.suffix.index
-        missing = n + 1 - len(index.tokens)  # the index holds the n + 1 committed tokens, the root last
-        if missing > 0:
-            index.extend(pending[-missing:])
-        self.proposals = index.propose(self.branches_shape.depth, self.branches_shape.width)
-        return self.proposals
-
-    def with_branches(self, draft: Draft, pending: list[int], n: int) -> Draft:
-        """`draft` (the model's tree from root pending[-1] at slot n) with the suffix branches merged in."""
+    def with_branches(self, draft: Draft) -> Draft:
+        """The model's `draft` with the suffix branches merged in, a point-mass draft."""
         V = self.branches_shape.verify
-        self.propose(pending, n)
         t = draft.tree
         tokens, parents = t.tokens[:t.n_nodes].tolist(), t.parents[:t.n_nodes].tolist()
         depth, cum = t.depth[:t.n_nodes].tolist(), t.cum_logp[:t.n_nodes].tolist()
@@ -107,7 +126,7 @@ class SuffixBranches(PointMassGreedy):
                 cum[nxt] = max(cum[nxt], logp)
                 node = nxt
         if len(tokens) == n_head and self.iteration_ms is None:
-            return draft
+            return replace(draft, point_mass=True)
         on = {"device": t.tokens.device}
         tree = TokenTree(torch.tensor(tokens, **on), torch.tensor(parents, **on), torch.tensor(depth, **on),
                          torch.tensor(cum, dtype=t.cum_logp.dtype, **on), len(tokens))
@@ -116,17 +135,7 @@ class SuffixBranches(PointMassGreedy):
         else:
             verify = best_verify_count(ranked_values(parents, depth, cum), self.iteration_ms)
         anc = torch.from_numpy(host.ancestor_rows(parents)).to(t.tokens.device)  # model nodes, then suffix nodes
-        return Draft(tree, None, draft.n_fed, anc, verify=verify)
-
-    def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
-        self.suffix.rates.record_outcome(self.proposals, new)
-        self.suffix.index.extend(new[:-1])  # the bonus token (the next root) joins with the next draft
-        parents = draft.tree.parents.tolist()
-        path, node = [], last_id
-        while node > 0:
-            path.append(node)
-            node = parents[node]
-        return self.pending_after(new, sum(i < draft.n_fed for i in path))
+        return Draft(tree, None, draft.n_fed, anc, verify=verify, point_mass=True)
 
 
 def ranked_values(parents: list[int], depth: list[int], cum_logp: list[float]) -> list[float]:
@@ -139,21 +148,19 @@ def ranked_values(parents: list[int], depth: list[int], cum_logp: list[float]) -
     return [math.exp(key[i]) for i in order]
 
 
-@functools.cache
-def branches_class(kind: type) -> type:
-    """The decoder class `kind` with SuffixBranches before it in the MRO; one class per kind, made once."""
-    return type(f"SuffixBranches{kind.__name__}", (SuffixBranches, kind), {})
-
-
 def with_suffix_branches(decoder: SpeculativeDecoder, suffix: SuffixDrafter | None = None,
                          shape: TreeShape = BRANCHES_SHAPE, min_chance: float = MIN_CHANCE,
                          iteration_ms: Callable[[int], float] | None = None) -> SpeculativeDecoder:
-    """`decoder` (of any drafter kind) drafting the suffix branches beside its model's from now on; `shape`: tokens
-    per branch, branches, suffix nodes added at most. iteration_ms(r): what an iteration verifying r nodes costs (a
-    bundle's profile, plan.cost_model.iteration_cost): each draft then verifies the number of its best nodes that
-    makes the most tokens per ms; None: the shape's V plus every suffix node added."""
-    decoder.__class__ = branches_class(type(decoder))
-    decoder.suffix, decoder.branches_shape, decoder.min_chance = suffix or SuffixDrafter(), shape, min_chance
-    decoder.iteration_ms = iteration_ms
-    decoder.proposals = []
+    """`decoder` (of any model proposer) drafting the suffix branches beside its model's from now on; `shape`:
+    tokens per branch, branches, suffix nodes added at most. iteration_ms(r): what an iteration verifying r nodes
+    costs (a bundle's profile, plan.cost_model.iteration_cost): each draft then verifies the number of its best nodes
+    that makes the most tokens per ms; None: the shape's V plus every suffix node added. A decoder that has them
+    already is returned as it is."""
+    if not has_suffix_branches(decoder):
+        decoder.proposer = SuffixBranches(decoder.proposer, suffix, shape, min_chance, iteration_ms)
     return decoder
+
+
+def has_suffix_branches(decoder) -> bool:
+    """Whether `decoder` (any decoder) drafts suffix branches beside its model's tree."""
+    return isinstance(getattr(decoder, "proposer", None), SuffixBranches)

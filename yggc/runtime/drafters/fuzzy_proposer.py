@@ -8,48 +8,24 @@ untouched, so output stays the verifier's own.
 """
 from __future__ import annotations
 
-import torch
-
 from ...artifacts.cache_layout import CacheLayout
 from ...errors import YggcError
 from ...graphs.fuzzy import FuzzyDrafter, fuzzy_groups
 from ...graphs.llama import LlamaGraph
 from ...plan.shape import TreeShape
-from ...tree.rules import ChainRule, TreeRule
-from ...tree.token_tree import tree_mask
-from ..draft import Draft
-from ..draft_phase import DraftPhase, align_vocab
-from ..speculative import SpeculativeDecoder
 from ..tp_processes import rank_world
+from .standalone_proposer import StandaloneProposer
 
 
-class FuzzyDecoder(SpeculativeDecoder):
-    """SpeculativeDecoder whose drafter runs EasySpec-fuzzily across tensor-parallel ranks (sets of attention
-    layers at once); the accepted tokens' drafter K/V are recomputed exactly after each verification."""
+class FuzzyProposer(StandaloneProposer):
+    """The standalone proposer whose tree steps run EasySpec-fuzzily across tensor-parallel ranks (sets of
+    attention layers at once); the accepted tokens' drafter K/V are recomputed exactly in the next head step."""
 
-    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, fuzzy: FuzzyDrafter,
-                 chain_rule: ChainRule = ChainRule.BLOCK, tree_rule: TreeRule = TreeRule.RRS):
-        self.fuzzy = fuzzy  # the make_draft_phase below reads it
-        super().__init__(verifier, drafter, layout, shape, chain_rule, tree_rule=tree_rule)
+    name = "fuzzy"
+    description = "a standalone drafter run layer-parallel (EasySpec)"
 
-    @property
-    def head_width(self) -> int:
-        return self.shape.depth + 1  # every accepted token (at most D) and the bonus token
-
-    def make_draft_phase(self) -> torch.nn.Module:
-        return DraftPhase(self.drafter, self.shape.depth, self.shape.width, self.vocab, self.layout.trash,
-                          tree_drafter=self.fuzzy)
-
-    def node_logits(self, tokens, parents, ids, depth, anc_rows, n: int, view: int) -> torch.Tensor:
-        logits = self.fuzzy(tokens, n + depth, n + ids, tree_mask(n, anc_rows, view))
-        return align_vocab(logits, self.vocab)
-
-    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
-        """The accepted nodes' fuzzy K/V are dropped, not moved: the next head step recomputes them."""
-
-    def next_pending(self, new: list[int], last_id: int, draft: Draft) -> list[int]:
-        """Bonus calibration: the next head step feeds every accepted token and the bonus token."""
-        return list(new)
+    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, fuzzy: FuzzyDrafter):
+        super().__init__(verifier, drafter, layout, shape, tree_drafter=fuzzy, recompute_accepted=True)
 
 
 def fuzzy_drafter(drafter, set_size: int, span: str) -> FuzzyDrafter:

@@ -1,5 +1,5 @@
-"""Tree speculative decoding with an EAGLE-3 head as the drafter (eagle3.txt): the same EGT growth,
-pruning, verification and acceptance as SpeculativeDecoder; what differs is what the drafter reads.
+"""The EAGLE-3 proposer (eagle3.txt): an EAGLE-3 head drafting the same EGT as the standalone proposer, verified and
+accepted by the same loop; what differs is what the drafter reads, and that verification hands it features.
 
 The head's cache row p pairs the verifier's feature at position p with the token at p + 1. So at the
 top of an iteration with the root at verifier slot n, the head holds rows 0..n-2 and `pending` pairs
@@ -14,11 +14,15 @@ import torch
 from torch import nn
 
 from ...artifacts.cache_layout import CacheLayout, causal_rows
+from ...artifacts.timing import NoTrace
+from ...plan.shape import TreeShape
 from ...tree.egt import egt_from_root, egt_frontier, egt_step
+from ...tree.sampled_egt import RANK_ACCEPTANCE
 from ...tree.token_tree import tree_mask
-from .. import prompt_cache
+from .. import model_drafting, prompt_cache
 from ..autoregressive import PREFILL_CHUNK
-from ..speculative import SpeculativeDecoder
+from ..draft import Draft, DraftRequest
+from ..loading import model_device
 from ..verify_phase import GreedyVerifyPhase
 
 
@@ -35,7 +39,7 @@ class Eagle3DraftPhase(nn.Module):
         super().__init__()
         self.head_model, self.depth, self.width, self.vocab, self.trash = head, depth, width, vocab, trash
         # defaults: what an O1 bundle compiles (Eagle3Kind.draft_phase), the head's graph and its own fc; a decoder
-        # passes its O2 package as `step` and Eagle3Decoder.fuse (nothing where the verifier's package ran fc);
+        # passes its O2 package as `step` and Eagle3Proposer.fuse (nothing where the verifier's package ran fc);
         # an O2 bundle compiles the head's graph with `unfused` (Eagle3Kind.frozen_draft_phase). A compiled phase
         # (draft_space) reads the logits of the draft vocabulary alone (a sixth of SmolLM2's) and maps the chosen
         # columns to token ids; the decoder's phase reads the whole vocabulary's, -inf outside the draft vocabulary
@@ -131,82 +135,64 @@ def prefill_pairs(step, fuse, tokens: list[int], features: torch.Tensor, layout:
              causal_rows(slots, layout.view(start + c0 + len(part))))
 
 
-class Eagle3Decoder(SpeculativeDecoder):
-    """SpeculativeDecoder with an Eagle3Graph drafter (the verifier's feature_layers set to the head's)."""
+class Eagle3Proposer:
+    """Proposer of an Eagle3Graph head (the verifier's feature_layers set to the head's). `drafter`: the head's
+    graph, or the CompiledModel around its O2 package (an O1 bundle compiles the head inside the draft phase
+    instead); the feature taps through the verifier's O2 features package, else eagerly (the verify phase has its
+    own at O1)."""
 
-    def __init__(self, verifier, drafter, layout, shape, chain_rule: str = "block", draft_phase=None,
-                 verify_phase=None, tree_rule: str = "rrs", policy=None):
-        # `drafter`: the head's graph, or the CompiledModel around its O2 package (an O1 bundle compiles the head
-        # inside the draft phase instead); the feature taps through the verifier's O2 features package, else
-        # eagerly (the verify phase has its own at O1)
+    name = "eagle3"
+    description = "an EAGLE-3 head"
+    verify_phase_kind = FeatureVerifyPhase
+    extra_nodes = 0
+
+    def __init__(self, verifier, drafter, layout: CacheLayout, shape: TreeShape, draft_phase=None):
+        self.verifier, self.drafter, self.layout = verifier, drafter, layout
+        self.vocab, self.device = verifier.cfg.vocab_size, model_device(verifier)
         self.head = getattr(drafter, "graph", drafter)  # fuse, fc and the eagle config live on the graph
         verifier_graph = getattr(verifier, "graph", verifier)
         verifier_graph.feature_layers = self.head.eagle.feature_layers
         self.fused = getattr(verifier_graph, "feature_fc", None) is not None  # Eagle3Kind.fuse_in_verifier
         self.pending_features: torch.Tensor | None = None  # [P, F] verifier features of the pending pairs
         self.node_features: torch.Tensor | None = None  # [N, H] eager sampled drafting: each fed node's output
-        self.row_features: torch.Tensor | None = None  # [R, F] the last eager verifier call's features
-        super().__init__(verifier, drafter, layout, shape, chain_rule, draft_phase, verify_phase, tree_rule, policy)
+        self.phases = model_drafting.DraftPhases(self.make_phase, layout, self.device, shape, draft_phase)
+        self.rank_rates: tuple[float, ...] | None = RANK_ACCEPTANCE
+        self.trace = NoTrace()
+        self.set_shape(shape)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """The verifier's features [R, F] -> the head's input feature [R, H] (as they are where the verifier's
         package already ran fc)."""
         return features if self.fused else self.head.fuse(features)
 
-    def make_draft_phase(self) -> nn.Module:
-        return Eagle3DraftPhase(self.head, self.shape.depth, self.shape.width, self.vocab, self.layout.trash,
-                                self.drafter, self.fuse)
+    def make_phase(self, shape: TreeShape) -> nn.Module:
+        return Eagle3DraftPhase(self.head, shape.depth, shape.width, self.vocab, self.layout.trash, self.drafter,
+                                self.fuse)
 
-    verify_phase_kind = FeatureVerifyPhase
+    def set_shape(self, shape: TreeShape) -> None:
+        self.shape = shape
+        self.phases.set_shape(shape)
 
-    def prefill_models(self, prompt_ids: list[int], start: int = 0) -> torch.Tensor:
+    def reusable(self, prompt_ids: list[int]) -> int:
+        """The head's rows 0..c-2 pair the features of tokens[:c-1] with the tokens after them, so a head that
+        holds c tokens of the prompt lets the verifier's prefill (which gives the features) start at c - 1."""
+        return max(prompt_cache.reusable(self.drafter, prompt_ids, len(prompt_ids)) - 1, 0)
+
+    def prefill(self, prompt_ids: list[int], start: int) -> torch.Tensor:
         logits, feats = prefill_features(self.verifier, prompt_ids[start:], self.layout, start=start)
         prefill_pairs(self.drafter, self.fuse, prompt_ids[start + 1:], feats[:-1], self.layout, start=start)
         self.pending_features = feats[-1:]  # paired with the first new token
         return logits
 
-    def prefill_start(self, prompt_ids: list[int]) -> int:
-        """The head's rows 0..c-2 pair the features of tokens[:c-1] with the tokens after them, so a head that
-        holds c tokens of the prompt lets the verifier's prefill (which gives the features) start at c - 1."""
-        last = len(prompt_ids) - 1
-        return min(prompt_cache.reusable(self.verifier, prompt_ids, last),
-                   max(prompt_cache.reusable(self.drafter, prompt_ids, last + 1) - 1, 0))
+    def propose(self, request: DraftRequest) -> Draft:
+        return model_drafting.propose(self, request)
 
-    def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
-        # at most D accepted + the bonus; more after a per-iteration switch to a shallower tree (eager phases only)
-        P = max(self.shape.depth + 1, len(pending))
-        tokens = torch.tensor(pending + [0] * (P - len(pending)))
-        feats = self.pending_features  # None only before any prefill (profiling): the head reads zeros
-        if feats is None:
-            width = self.head.fc.out_features if self.fused else self.head.fc.in_features
-            feats = torch.zeros(1, width, dtype=self.head.fc.weight.dtype)
-        feats = torch.cat([feats, feats.new_zeros(P - feats.shape[0], feats.shape[1])])
-        return tokens, feats, torch.tensor([len(pending) - 1, n]), self.view_slots(n + self.shape.n_nodes)
-
-    def root_logits(self, pending: list[int], n: int) -> torch.Tensor:
-        tokens, feats, meta, view = self.phase_inputs(pending, n)
-        logits, out = self.draft_phase.head(tokens, feats, meta[0], meta[1], view)
-        self.node_features = out.new_zeros(self.shape.n_nodes, out.shape[0])
-        self.node_features[0] = out
-        return logits
-
-    def node_logits(self, tokens, parents, ids, depth, anc_rows, n: int, view: int) -> torch.Tensor:
-        base = n - 1
-        logits, out = self.drafter(tokens, self.node_features[parents], base + depth, base + ids,
-                                   tree_mask(base, anc_rows, view))
-        self.node_features[ids] = out
-        return logits
-
-    def verifier_logits(self, tokens, positions, slots, mask) -> torch.Tensor:
-        logits, self.row_features = self.verifier.forward_features(tokens, positions, slots, mask)
-        return logits
-
-    def take_verify_outputs(self, handoff: list[torch.Tensor], path_rows: torch.Tensor | slice) -> None:
-        feats = handoff[1] if len(handoff) > 1 else self.row_features
-        self.pending_features = feats[path_rows]
-
-    def pending_after(self, new: list[int], fed: int) -> list[int]:
-        return new  # every accepted row's pair, the bonus token's last: the head's rows hold draft features till then
+    def accept(self, new: list[int], last_id: int, draft: Draft, moves: torch.Tensor,
+               rows: tuple[torch.Tensor, ...]) -> list[int]:
+        """The accepted path's features pair with the new tokens: every accepted row's pair, the bonus token's last
+        (the head's rows hold draft features till then)."""
+        self.pending_features = rows[0]
+        return new
 
     def catch_up(self, pending: list[int], n: int) -> list[int]:
         """Pairs beyond the D + 1 a head step takes (a path through suffix drafts) go to the head now."""
@@ -217,3 +203,29 @@ class Eagle3Decoder(SpeculativeDecoder):
                       start=n - len(pending))
         self.pending_features = self.pending_features[extra:]
         return pending[extra:]
+
+    # -- ModelSteps ------------------------------------------------------------------------------------
+    def phase_inputs(self, pending: list[int], n: int) -> tuple[torch.Tensor, ...]:
+        # at most D accepted + the bonus; more after a per-iteration switch to a shallower tree (eager phases only)
+        P = max(self.shape.depth + 1, len(pending))
+        tokens = torch.tensor(pending + [0] * (P - len(pending)))
+        feats = self.pending_features  # None only before any prefill (profiling): the head reads zeros
+        if feats is None:
+            width = self.head.fc.out_features if self.fused else self.head.fc.in_features
+            feats = torch.zeros(1, width, dtype=self.head.fc.weight.dtype)
+        feats = torch.cat([feats, feats.new_zeros(P - feats.shape[0], feats.shape[1])])
+        return tokens, feats, torch.tensor([len(pending) - 1, n]), self.phases.view_slots(n + self.shape.n_nodes)
+
+    def root_logits(self, pending: list[int], n: int) -> torch.Tensor:
+        tokens, feats, meta, view = self.phase_inputs(pending, n)
+        logits, out = self.phases.module.head(tokens, feats, meta[0], meta[1], view)
+        self.node_features = out.new_zeros(self.shape.n_nodes, out.shape[0])
+        self.node_features[0] = out
+        return logits
+
+    def node_logits(self, tokens, parents, ids, depth, anc_rows, n: int, view: int) -> torch.Tensor:
+        base = n - 1
+        logits, out = self.drafter(tokens, self.node_features[parents], base + depth, base + ids,
+                                   tree_mask(base, anc_rows, view))
+        self.node_features[ids] = out
+        return logits
