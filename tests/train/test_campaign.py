@@ -57,3 +57,18 @@ def test_a_new_machine_continues_the_campaign_as_the_old_one_would_have(ckpt_roo
     assert fresh["heldout_agreement_per_step"] == again["heldout_agreement_per_step"]
     assert len(json.loads((folder / "campaign.json").read_text())["runs"]) == 2
     assert first["steps"] == 4
+
+
+def test_a_head_is_kept_only_where_it_beats_the_best_so_far(tmp_path):
+    head = tmp_path / "head-out"
+    head.mkdir()
+    (head / "config.json").write_text("{}")
+    record = {"data": None, "runs": [], "best": {"score": 0.5, "steps": 0}}  # e.g. the warm start's own score
+    summary = {"steps": 10, "heldout_agreement_per_step": [0.9], "heldout-mtbench_agreement_per_step": [0.4],
+               "heldout-human_agreement_per_step": [0.5], "head": str(head)}
+    assert not campaign.record_run(tmp_path / "c", record, {"x": 1}, summary)  # human chat 0.45 < 0.5
+    assert not (tmp_path / "c" / "head").exists() and record["best"]["score"] == 0.5 and len(record["runs"]) == 1
+    summary["heldout-human_agreement_per_step"] = [0.7]
+    assert campaign.record_run(tmp_path / "c", record, {"x": 1}, summary)  # 0.55
+    assert (tmp_path / "c" / "head" / "config.json").is_file() and record["best"] == {"score": 0.55, "steps": 10}
+    assert json.loads((tmp_path / "c" / "campaign.json").read_text())["runs"][1]["score"] == 0.55

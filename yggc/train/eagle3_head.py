@@ -39,7 +39,7 @@ import torch
 from ..graphs.eagle3 import Eagle3Graph
 from ..graphs.llama import LlamaGraph
 from .batches import length_bucketed_indices
-from .campaign import close_campaign, open_campaign
+from .campaign import close_campaign, open_campaign, score_of
 from .features import Conversation, cached_extract, verifier_digest
 from .loop import bf16_autocast_pays, distill_steps, lr_at, make_optimizer, wsd_lr_at
 from .presets import (
@@ -311,6 +311,9 @@ def run(args: argparse.Namespace) -> dict:
     seqs = [] if done else training_sequences(verifier, train_samples, reference, verifier_id, features, keep)
     held = {split: cached_extract(verifier, samples, verifier_id, features) for split, samples in heldout.items()}
     del verifier
+    if record is not None and record["best"] is None and args.init:  # the head to beat: the one the campaign starts from
+        record["best"] = {"score": score_of(heldout_summary(head, held, preset, tables)), "steps": 0,
+                          "head": str(args.init)}
     bf16 = autocast_choice(args.autocast)
     meta = train(head, seqs, preset, tables, state_dir, args, run_recipe(args, keep, tables, preset), bf16)
     rows = train_samples[:keep[0]] + reference[:keep[1]]
