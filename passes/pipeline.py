@@ -148,7 +148,8 @@ def load_checked_pair(job: CompileJob) -> dict[str, loading.LoadedModel]:
     kind.check_target(job.drafter_dir, job.device, job.backend)
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
-    quant_linear.load_blocks(verifier.graph, job.verifier_dir, job.weights)
+    if job.weights:  # a block format, or the checkpoint's own
+        quant_linear.load_blocks(verifier.graph, job.verifier_dir, job.weights)
     drafter = load_drafter(job.drafter_dir, verifier, job.dtype, job.device)
     kind.fuse_in_verifier(verifier, drafter, job.opt)
     return {"verifier": verifier, "drafter": drafter}
