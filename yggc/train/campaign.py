@@ -54,23 +54,34 @@ def compact_shard(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             "prompt_sha256": torch.from_numpy(np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, 32).copy())}
 
 
+def sampled_flag(path: Path) -> str:
+    """A shard file's "sampled" metadata (whether its answers were drawn at T = 1)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return (f.metadata() or {}).get("sampled", "False")
+
+
+def write_shard(tensors: dict[str, torch.Tensor], out: Path, metadata: dict[str, str]) -> None:
+    """`tensors` as a safetensors file at `out`, written under a temporary name and renamed into place."""
+    from safetensors.torch import save_file
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    os.replace(tmp, out)
+
+
 def export_answers(data_dir: Path, dest: Path) -> int:
     """Every shard of data_dir/<split> not yet in dest/answers/<split>, compacted; returns how many were written."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     written = 0
     for path in sorted(data_dir.glob("*/shard-*.safetensors")):
         out = dest / "answers" / path.parent.name / path.name
-        if out.is_file():
-            continue
-        with safe_open(str(path), "pt") as f:
-            sampled = (f.metadata() or {}).get("sampled", "False")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        save_file(compact_shard(load_file(str(path))), str(tmp), metadata={"sampled": sampled})
-        os.replace(tmp, out)
-        written += 1
+        if not out.is_file():
+            write_shard(compact_shard(load_file(str(path))), out, {"sampled": sampled_flag(path)})
+            written += 1
     return written
 
 
@@ -96,24 +107,17 @@ def expand_shard(compact: dict[str, torch.Tensor], prompts: list[list[int]], whe
 def import_answers(src: Path, data_dir: Path, prompts: dict[str, list[list[int]]], batch: int) -> int:
     """The campaign's shards missing from data_dir/<split>, rebuilt from `prompts` (each split's prompt token ids in
     generation order, `batch` a shard); returns how many were written."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     written = 0
     for path in sorted((src / "answers").glob("*/shard-*.safetensors")):
         split, index = path.parent.name, int(path.stem.split("-")[1])
         out = shard_path(data_dir / split, index)
-        if out.is_file():
-            continue
-        with safe_open(str(path), "pt") as f:
-            sampled = (f.metadata() or {}).get("sampled", "False")
-        shard = expand_shard(load_file(str(path)), prompts.get(split, [])[index * batch:(index + 1) * batch],
-                             str(path))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        save_file(shard, str(tmp), metadata={"sampled": sampled, "soft_labels": "none"})
-        os.replace(tmp, out)
-        written += 1
+        if not out.is_file():
+            shard = expand_shard(load_file(str(path)), prompts.get(split, [])[index * batch:(index + 1) * batch],
+                                 str(path))
+            write_shard(shard, out, {"sampled": sampled_flag(path), "soft_labels": "none"})
+            written += 1
     return written
 
 
