@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from yggc.cli.bench import main
+from yggc.cli.bench import script_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_main())

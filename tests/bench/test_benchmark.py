@@ -9,7 +9,7 @@ import pytest
 from checkpoints import write_checkpoint
 
 from yggc.bench import harness as benchmark
-from yggc.cli.bench import add_bench_parser, bench_command
+from yggc.cli import bench as bench_verb
 
 EAGER_ROWS = ["hf-ar", "hf-assisted", "yggc-ar-eager", "yggc-chain", "yggc-tree-static"]
 PROMPTS = ["def add(a, b):\n    return", "class Point:\n    def __init__(self, x, y):", "for i in range(10):\n",
@@ -19,8 +19,8 @@ PROMPTS = ["def add(a, b):\n    return", "class Point:\n    def __init__(self, x
 def bench(*argv: str) -> int:
     """`yggc bench ARGV` through the same hook the CLI uses."""
     parser = argparse.ArgumentParser(prog="yggc")
-    add_bench_parser(parser.add_subparsers(dest="command"))
-    return bench_command(parser.parse_args(["bench", *argv]))
+    bench_verb.add_parser(parser.add_subparsers(dest="command"))
+    return bench_verb.main(parser.parse_args(["bench", *argv]))
 
 
 @pytest.fixture(scope="module")

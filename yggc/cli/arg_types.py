@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+Verbs = argparse._SubParsersAction  # what add_subparsers returns: each verb module adds its parser to it
+
 
 def whole_number(minimum: int):
     """A parser of integers >= minimum."""

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from .arg_types import comma_list, whole_number
+from .arg_types import Verbs, comma_list, whole_number
 
 POSITIVE = whole_number(1)
 QUICK = {"prompts": 2, "n": 32, "repeats": 1}
@@ -116,11 +116,11 @@ def add_bench_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", type=Path, metavar="PNG", help="TPOT bars + accepted-length histogram (needs matplotlib)")
 
 
-def add_bench_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("bench", help="benchmark yggc against transformers on this machine",
-                              description=DESCRIPTION)
+def add_parser(sub: Verbs) -> None:
+    """`yggc bench`: its flags; main runs it."""
+    p = sub.add_parser("bench", help="benchmark yggc against transformers on this machine", description=DESCRIPTION)
     add_bench_args(p)
-    return p
+    p.set_defaults(main=main)
 
 
 def resolve_pair(args: argparse.Namespace) -> tuple[Path, Path | None]:
@@ -186,7 +186,7 @@ def make_config(args: argparse.Namespace):
     )
 
 
-def bench_command(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     """Run the benchmark; the table goes to stdout. Exit 1 if a yggc row's greedy tokens differ."""
     from ..bench.harness import run_benchmark
     from ..errors import YggcError
@@ -297,7 +297,7 @@ def shapes_mode(args: argparse.Namespace, rt, shapes: list, prompts: list[list[i
     return 1 if unequal else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def script_main(argv: list[str] | None = None) -> int:
     """Standalone entry (tools/bench.py): the same flags as `yggc bench`."""
     from ..errors import USER_ERRORS
 
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     add_bench_args(parser)
     args = parser.parse_args(argv)
     try:
-        return bench_command(args)
+        return main(args)
     except USER_ERRORS as e:
         print(f"yggc: error: {e}", file=sys.stderr)
         return 2

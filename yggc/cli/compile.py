@@ -11,6 +11,8 @@ from ..artifacts.device import resolve_device
 from ..bundle.manifest import OptLevel
 from ..errors import YggcError
 from ..runtime import loading
+from .arg_types import Verbs
+from .flags import POSITIVE, add_model_args, add_tree_args
 from .run import tp_world, tree_shape
 
 if TYPE_CHECKING:
@@ -39,7 +41,51 @@ DEFAULT_OPT = {"cpu": OptLevel.O2, "cuda": OptLevel.O1}
 SAMPLED_TEMPERATURE = 1.0
 
 
-def compile_command(args: argparse.Namespace) -> int:
+def add_parser(sub: Verbs) -> None:
+    """`yggc compile`: its flags; main runs it."""
+    p = sub.add_parser(
+        "compile", help="compile a drafter/verifier pair into a graph bundle",
+        description="Lower drafter and verifier into fixed-width AOTInductor buckets, profile every bucket "
+                    "and host stage, choose the tree shape (D, W, V) by the latency objective from calibration "
+                    "text (--calib; the demo pair brings its own) or take it from the flags, and write a "
+                    "self-contained bundle (atomically).")
+    add_model_args(p)
+    add_tree_args(p)
+    p.add_argument("--calib", nargs="+", metavar="FILE",
+                   help="calibration text files: decode them to measure acceptance and let the latency "
+                        "objective choose --depth/--width/--verify (flags given too stay fixed)")
+    p.add_argument("--calib-prompts", type=POSITIVE, default=16,
+                   help="windows of the calibration text decoded per candidate width (default 16)")
+    p.add_argument("--calib-tokens", type=POSITIVE, default=64,
+                   help="greedy tokens decoded after each calibration window (default 64)")
+    p.add_argument("--temp", type=float,
+                   help="with --calib: also decode the text by sampling at this temperature and keep a second "
+                        "plan, which requests at T > 0 use (default 1, what OpenAI clients and yggc serve "
+                        "sample at unless told; 0: greedy only, sampled requests then draft the greedy plan's "
+                        "tree)")
+    p.add_argument("--weights", choices=["q8_0", "q4_0", "q4_1", "bfloat16", "float32"],
+                   help="the verifier's linear layers: ggml block formats streamed by yggc's CPU kernel (O2 on a "
+                        "cpu; a GGUF's matrices stored so are kept as they are, others quantized), or float as "
+                        "--dtype. Default: a .gguf's own formats (on a cpu at O2), else --dtype")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="target device (default cpu)")
+    p.add_argument("--tp", type=POSITIVE, default=1,
+                   help="split the verifier over this many local processes (tensor parallel): each compiles its "
+                        "slice, collectives inside the graph; the bundle then runs on exactly as many ranks "
+                        "(fixed --depth/--width, --opt O1; torchrun --nproc-per-node N -m yggc compile ... too)")
+    p.add_argument("--opt", choices=[o.value for o in OptLevel],
+                   help="O2 (default on cpu): one package per model serving every width, weights frozen in and "
+                        "packed for Inductor's C++ GEMMs, batch-invariant rows, eager tree phases around it. "
+                        "O1 (default on cuda): a weightless package per width plus fused draft/verify phases")
+    p.add_argument("--backend", default="inductor", choices=["inductor", "tensorrt"],
+                   help="forward-bucket compiler: inductor (default; CPU and CUDA) or tensorrt (CUDA only, "
+                        "needs `pip install 'yggc[tensorrt]'`)")
+    p.add_argument("-o", "--output", required=True, help="bundle directory to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing bundle at -o")
+    p.set_defaults(main=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Compile the pair the flags name into the bundle at -o -> the exit code."""
     from ..passes.pipeline import CompileJob, compile_bundle  # the runtime itself never imports passes
     from ..runtime.tp_processes import launched_world
 
@@ -51,7 +97,7 @@ def compile_command(args: argparse.Namespace) -> int:
     if world > launched_world():  # --tp N without torchrun: start the N ranks here, each compiles its slice
         from .ranks import launch_ranks
 
-        return launch_ranks(world, compile_command, args)
+        return launch_ranks(world, main, args)
     opt = args.opt or (OptLevel.O1 if world > 1 else DEFAULT_OPT[args.device])
     job = CompileJob(Path(verifier_dir), Path(drafter_dir), Path(args.output),
                      None if calib else tree_shape(args), loading.parse_dtype(args.dtype),

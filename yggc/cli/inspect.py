@@ -1,4 +1,5 @@
-"""`yggc inspect` and `yggc profile`: a bundle's manifest, plan, buckets and stage latencies, read as JSON."""
+"""`yggc inspect`: a bundle's manifest, plan, buckets and stage latencies, read as JSON; the profile tables it
+shares with `yggc profile` (profile.py)."""
 from __future__ import annotations
 
 import argparse
@@ -10,25 +11,28 @@ from ..bundle import load_manifest
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, BundlePlan, MeasuredSpeedup, StageEstimate, StagePlan, read_plan
 from ..plan.cost_model import CostCurve
+from .arg_types import Verbs
+from .flags import POSITIVE
+
+
+def add_parser(sub: Verbs) -> None:
+    """`yggc inspect`: its flags; main runs it."""
+    p = sub.add_parser("inspect", help="show a bundle's manifest, buckets and profile")
+    p.add_argument("bundle", help="a bundle written by `yggc compile`")
+    p.add_argument("--json", action="store_true", help="print the manifest and profile as JSON")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="also draw the stage plan's timeline (a Gantt chart of one steady-state iteration)")
+    p.add_argument("--load-time", action="store_true",
+                   help="instead: load the bundle and decode one 64-token chat answer in this process: size on "
+                        "disk against the weights, process start to imported, Runtime.load, load to first token, "
+                        "RSS after import and load and at its peak (one bundle per process; --json: as JSON)")
+    p.add_argument("--threads", "-t", type=POSITIVE, help="with --load-time: torch threads (default: torch's)")
+    p.set_defaults(main=main)
 
 
 def read_bundle_json(root: Path, name: str) -> dict:
     path = root / name
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-def profile_command(args: argparse.Namespace) -> int:
-    load_manifest(args.bundle)  # a bundle, not any folder with a profile.json
-    profile = read_bundle_json(Path(args.bundle), "profile.json")
-    if not profile:
-        raise YggcError(f"{args.bundle} has no profile.json; re-run `yggc compile`")
-    print_profile(profile)
-    print_speedups(read_plan(args.bundle))
-    if args.plot:
-        from .profile_plot import plot_profile
-
-        print(f"wrote {plot_profile(profile, Path(args.plot))}", file=sys.stderr)
-    return 0
 
 
 def curve_formula(c: dict) -> str:
@@ -170,7 +174,8 @@ def load_time_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def inspect_command(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    """Print the bundle's manifest, plan, buckets and profile (or --json, --plot, --load-time) -> the exit code."""
     manifest = load_manifest(args.bundle)
     if args.load_time:
         return load_time_command(args)

@@ -6,9 +6,11 @@ import sys
 from pathlib import Path
 
 from ..pinned_models import CACHE, MODELS
+from .arg_types import Verbs
 
 
-def add_pull_parser(sub) -> None:
+def add_parser(sub: Verbs) -> None:
+    """`yggc pull`: its flags; main runs it."""
     known = "; ".join(f"{m.name}: {m.description}" for m in MODELS.values())
     p = sub.add_parser(
         "pull", help="fetch a known model once and print its local folder",
@@ -25,9 +27,11 @@ def add_pull_parser(sub) -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                    help="weight dtype of the imported folder (default float32: the dequantized values exactly)")
     p.add_argument("--cache", type=Path, default=CACHE, help=f"where models are kept (default {CACHE})")
+    p.set_defaults(main=main)
 
 
-def pull_command(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    """Fetch the named model (or find the shipped drafter) and print its path -> the exit code."""
     from ..pinned_models import pinned, pull, pull_gguf, shipped_drafter
 
     def log(line: str) -> None:

@@ -15,8 +15,55 @@ from ..runtime.detokenize import StreamDecoder
 from ..runtime.drafters.suffix_branches import has_suffix_branches, with_suffix_branches
 from ..runtime.speculative import SpeculativeDecoder
 from ..tree.sampling import SamplingParams
+from .arg_types import Verbs
+from .flags import POSITIVE, add_decode_args, add_model_args, add_tree_args
 
 DEFAULT_DEPTH, DEFAULT_WIDTH = 4, 2
+
+
+def add_parser(sub: Verbs) -> None:
+    """`yggc run`: its flags; main runs it."""
+    p = sub.add_parser(
+        "run", help="decode one prompt, streaming text to stdout",
+        description="Decode one prompt. With BUNDLE: the compiled bundle's tree speculative decoding. "
+                    "Without: eager decoding of -m alone (autoregressive) or, with -md, tree speculative "
+                    "decoding (Equal-Growth Tree of --depth x --width, pruned to --verify nodes). "
+                    "Output equals the verifier's own greedy decoding token for token.")
+    p.add_argument("bundle", nargs="?", help="a bundle written by `yggc compile` (optional)")
+    add_model_args(p)
+    add_decode_args(p)
+    add_tree_args(p)
+    p.add_argument("--no-spec", action="store_true", help="with BUNDLE: decode autoregressively (baseline)")
+    p.add_argument("--tp", type=POSITIVE, default=1,
+                   help="without BUNDLE: split the verifier over this many local processes (tensor parallel; "
+                        "torchrun --nproc-per-node N -m yggc run ... does the same across nodes)")
+    p.add_argument("--draft-parallel", choices=["sequential", "fuzzy"], default="sequential",
+                   help="without BUNDLE: fuzzy runs sets of the drafter's attention layers at once, one per rank "
+                        "(EasySpec), and recomputes the accepted tokens' drafter K/V exactly after each "
+                        "verification; output is unchanged (default sequential)")
+    p.add_argument("--fuzzy-layers", type=POSITIVE, default=None,
+                   help="with --draft-parallel fuzzy: attention layers per set (default the rank count, or 2)")
+    p.add_argument("--fuzzy-span", choices=["inner", "all"], default="inner",
+                   help="with --draft-parallel fuzzy: layers that may join a set; inner leaves out the first and "
+                        "last (EasySpec's choice; default)")
+    p.add_argument("--suffix", action="store_true",
+                   help="draft from the text's own repeats instead of a drafter: the continuations of the longest "
+                        "suffix of prompt and output that occurred before (no drafter runs; -m alone or BUNDLE). "
+                        "--depth: tokens per branch (default 6), --width: branches (2), --verify: nodes (8)")
+    branches = p.add_mutually_exclusive_group()
+    branches.add_argument("--with-suffix", action="store_true",
+                          help="add the text's suffix matches to the drafter's tree as extra branches, priced by how "
+                               "often they are accepted (verified with the drafts in one call; output unchanged). A "
+                               "BUNDLE's greedy runs add them by default; this adds them at --temp > 0 and to -m/-md "
+                               "runs too")
+    branches.add_argument("--no-suffix", action="store_true",
+                          help="a BUNDLE's drafter tree alone, without the suffix branches its greedy runs add")
+    p.add_argument("--static", action="store_true",
+                   help="with BUNDLE: draft the plan's one tree shape every iteration (no depth predictor)")
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="write a Chrome trace (chrome://tracing, ui.perfetto.dev) of every iteration, phase and "
+                        "compiled model call, beside the bundle's estimated stage plan; print the medians")
+    p.set_defaults(main=main)
 
 
 def tree_shape(args: argparse.Namespace, plan: TreeShape | None = None) -> TreeShape:
@@ -191,7 +238,8 @@ def grammar_of(args: argparse.Namespace, verifier: loading.LoadedModel):
     return compiler.constraint(GrammarSpec(kind, path.read_text()))
 
 
-def run_command(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    """Decode the prompt the flags name and print it (streamed, or as --json) -> the exit code."""
     from ..runtime.tp_processes import launched_world
 
     world = tp_world(args)
@@ -203,7 +251,7 @@ def run_command(args: argparse.Namespace) -> int:
     if world > launched_world():  # --tp N without torchrun: start the N ranks here, each runs this command
         from .ranks import launch_ranks
 
-        return launch_ranks(world, run_command, args)
+        return launch_ranks(world, main, args)
     params = SamplingParams(args.temp, args.top_k, args.top_p, args.seed, args.min_p)
     set_threads(args.threads)
     verifier, decoder = (suffix_decoder(args) if args.suffix else bundle_decoder(args) if args.bundle

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..serve.settings import HttpLimits
-from .arg_types import seconds, whole_number
+from .arg_types import Verbs, seconds, whole_number
 
 MISSING_EXTRA = "yggc serve needs the serve extra: pip install 'yggc[serve]'"
 
@@ -19,7 +19,8 @@ def port_number(text: str) -> int:
     return port
 
 
-def add_serve_parser(sub) -> None:
+def add_parser(sub: Verbs) -> None:
+    """`yggc serve`: its flags; main runs it."""
     p = sub.add_parser(
         "serve", help="serve a bundle over an OpenAI-compatible HTTP API",
         description="Serve a compiled bundle over HTTP with the OpenAI API: POST /v1/chat/completions and "
@@ -53,9 +54,11 @@ def add_serve_parser(sub) -> None:
     branches.add_argument("--no-suffix", action="store_true",
                           help="the drafter's tree alone, without suffix branches, greedy requests too")
     p.add_argument("--threads", "-t", type=whole_number(1), help="torch/OpenMP threads (default: torch's, one per core)")
+    p.set_defaults(main=main)
 
 
-def serve_command(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    """Serve the bundle until interrupted -> the exit code (2 without the serve extra)."""
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401

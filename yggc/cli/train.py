@@ -12,10 +12,10 @@ from pathlib import Path
 
 from ..errors import YggcError
 from ..train.presets import CACHE, DRAFTER_PRESETS, EAGLE3_PRESETS, PAIR_PRESETS
-from .arg_types import probability, whole_number
+from .arg_types import Verbs, probability, whole_number
 
 POSITIVE = whole_number(1)
-Jobs = argparse._SubParsersAction  # what add_subparsers returns
+Jobs = Verbs  # what add_subparsers returns: `yggc train`'s own subcommands
 # job -> the summary key naming the folder the job wrote (printed on stdout); evaluate prints its table instead
 WRITES = {"pair": "out", "drafter": "drafter", "eagle3": "head", "prompts": "prompts"}
 MODULES = {"prompts": "magpie", "eagle3": "eagle3_head"}  # job -> its module in yggc.train where the names differ
@@ -246,7 +246,8 @@ def add_evaluate_parser(jobs: Jobs) -> None:
                    help="also write the metrics as JSON to FILE (no FILE or -: stdout)")
 
 
-def add_train_parser(sub: Jobs) -> None:
+def add_parser(sub: Verbs) -> None:
+    """`yggc train JOB`: its flags, one parser per job; main runs the job."""
     p = sub.add_parser("train", help="train a drafter, an EAGLE-3 head or a demo pair (CPU, resumable)",
                        description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     jobs = p.add_subparsers(dest="job", required=True, metavar="JOB")
@@ -255,9 +256,10 @@ def add_train_parser(sub: Jobs) -> None:
     add_prompts_parser(jobs)
     add_pair_parser(jobs)
     add_evaluate_parser(jobs)
+    p.set_defaults(main=main)
 
 
-def train_command(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
         raise YggcError(f"--json {args.json}: no folder {Path(args.json).parent} to write it in")
     args.invocation = shlex.join(["yggc", *sys.argv[1:]])  # recorded in the EAGLE-3 head's summary
