@@ -2,7 +2,6 @@
 counts out-of-vocabulary rows as misses, batches of similar lengths, bfloat16 autocast only where the CPU has it,
 the warmup-stable-decay schedule, warm starts and pausing."""
 import threading
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -153,9 +152,10 @@ def test_a_paused_job_saves_its_state_and_waits_until_the_flag_is_removed(tmp_pa
 
 
 def test_decay_without_the_wsd_schedule_is_one_clear_error():
+    from yggc.cli.main import build_parser
+    from yggc.cli.train import job_options
     from yggc.errors import YggcError
 
-    args = SimpleNamespace(decay=10, schedule="cosine", preset="tiny", steps=None, draft_vocab=None, unroll=None, lr=None,
-                           reference=None)
+    args = build_parser().parse_args(["train", "eagle3", "--target", "t", "--preset", "tiny", "--decay", "10"])
     with pytest.raises(YggcError, match="--decay goes with --schedule wsd"):
-        eagle3_head.run_preset(args)
+        eagle3_head.run_preset(job_options(args))

@@ -1,5 +1,6 @@
-"""`yggc train drafter|eagle3|pair|evaluate`: flags only; the jobs live in yggc.train, imported when the command
-runs (transformers, which builds the models, comes with the train extra: pip install 'yggc[train]')."""
+"""`yggc train drafter|eagle3|prompts|pair|evaluate`: the flags, and each job's frozen options built once from them
+(yggc.train.options); the jobs live in yggc.train, imported when the command runs (transformers, which builds the
+models, comes with the train extra: pip install 'yggc[train]')."""
 from __future__ import annotations
 
 import argparse
@@ -8,9 +9,19 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from ..errors import YggcError
+from ..train.options import (
+    DrafterOptions,
+    Eagle3Options,
+    EvaluateOptions,
+    PairOptions,
+    PromptsOptions,
+    RunSettings,
+    TrainOptions,
+)
 from ..train.presets import CACHE, DRAFTER_PRESETS, EAGLE3_PRESETS, PAIR_PRESETS
 from .arg_types import Verbs, probability, whole_number
 
@@ -19,6 +30,8 @@ Jobs = Verbs  # what add_subparsers returns: `yggc train`'s own subcommands
 # job -> the summary key naming the folder the job wrote (printed on stdout); evaluate prints its table instead
 WRITES = {"pair": "out", "drafter": "drafter", "eagle3": "head", "prompts": "prompts"}
 MODULES = {"prompts": "magpie", "eagle3": "eagle3_head"}  # job -> its module in yggc.train where the names differ
+OPTIONS = {"drafter": DrafterOptions, "eagle3": Eagle3Options, "prompts": PromptsOptions, "pair": PairOptions,
+           "evaluate": EvaluateOptions}
 
 DESCRIPTION = """Train the models yggc drafts with, on the CPU. Every job is resumable: run the same command again
 to continue a stopped run. Progress goes to stderr; the trained folder's path is printed on stdout."""
@@ -259,11 +272,24 @@ def add_parser(sub: Verbs) -> None:
     p.set_defaults(main=main)
 
 
+def job_options(args: argparse.Namespace) -> TrainOptions:
+    """`yggc train JOB`'s options, built once from its flags: each field from the flag of its name, `run` from the
+    flags every training job has (--threads, --seed, --max-minutes, --stop-after, --ckpt-every, --no-resume), and
+    `command` from this process's command line (recorded in the EAGLE-3 head's summary)."""
+    made = {"command": shlex.join(["yggc", *sys.argv[1:]])}
+    if hasattr(args, "ckpt_every"):
+        made["run"] = RunSettings(threads=args.threads, seed=args.seed, max_minutes=args.max_minutes,
+                                  stop_after=args.stop_after, ckpt_every=args.ckpt_every, resume=not args.no_resume)
+    kind = OPTIONS[args.job]
+    return kind(**{f.name: made[f.name] if f.name in made else getattr(args, f.name) for f in fields(kind)})
+
+
 def main(args: argparse.Namespace) -> int:
+    """Run the job with its options; print the folder it wrote (or --json the summary, or --score's curves)."""
     if args.json not in (None, "-") and not Path(args.json).parent.is_dir():
         raise YggcError(f"--json {args.json}: no folder {Path(args.json).parent} to write it in")
-    args.invocation = shlex.join(["yggc", *sys.argv[1:]])  # recorded in the EAGLE-3 head's summary
-    summary = importlib.import_module(f"..train.{MODULES.get(args.job, args.job)}", __package__).run(args)
+    options = job_options(args)
+    summary = importlib.import_module(f"..train.{MODULES.get(args.job, args.job)}", __package__).run(options)
     if args.json:
         text = json.dumps(summary, indent=1)
         if args.json == "-":

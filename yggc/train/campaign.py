@@ -17,7 +17,6 @@ recomputes its targets from the verifier's features; the standalone drafter job 
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -31,6 +30,7 @@ from ..bundle import file_sha256
 from ..errors import YggcError
 from .features import verifier_digest
 from .loop import log
+from .options import Eagle3Options
 from .presets import DRAFTER_PRESETS, Eagle3Preset
 from .shards import chat_tokenizer, check_data_source, encode_prompts, shard_path
 from .stdlib_prompts import prompt_splits
@@ -172,38 +172,39 @@ def record_run(src: Path, record: dict, data: dict, summary: dict) -> bool:
     return bool(best and summary.get("head"))
 
 
-def campaign_data(args: argparse.Namespace, target: Path, preset: Eagle3Preset) -> dict:
+def campaign_data(options: Eagle3Options, target: Path, preset: Eagle3Preset) -> dict:
     """What a campaign's answers depend on: the verifier, the prompt set, the generation settings and the dtype."""
     gen = DRAFTER_PRESETS[preset.data].gen
-    return {"target": verifier_digest(target), "data_preset": preset.data, "dtype": args.dtype,
-            "chat_prompts_sha256": file_sha256(args.chat_prompts) if args.chat_prompts else None,
-            "gen_batch": args.gen_batch or gen.batch, "max_new": gen.max_new, "max_prompt": gen.max_prompt}
+    return {"target": verifier_digest(target), "data_preset": preset.data, "dtype": options.dtype,
+            "chat_prompts_sha256": file_sha256(options.chat_prompts) if options.chat_prompts else None,
+            "gen_batch": options.gen_batch or gen.batch, "max_new": gen.max_new, "max_prompt": gen.max_prompt}
 
 
-def open_campaign(args: argparse.Namespace, target: Path, out: Path, preset: Eagle3Preset) -> dict:
+def open_campaign(options: Eagle3Options, target: Path, out: Path, preset: Eagle3Preset) -> tuple[dict, Path | None]:
     """--campaign DIR: its record (checked against this run's data settings), its answers imported into the work
-    folder, and its head as the warm start where this machine has no saved state of the run."""
-    data = campaign_data(args, target, preset)
-    record = read_record(args.campaign)
+    folder, and the head to start from: --init, else DIR's head where this machine has no saved state of the run."""
+    data = campaign_data(options, target, preset)
+    record = read_record(options.campaign)
     check_data(record, data)
-    check_data_source(out / "data", args.chat_prompts, data["gen_batch"], DRAFTER_PRESETS[preset.data].gen.batch,
-                      args.dtype)
+    check_data_source(out / "data", options.chat_prompts, data["gen_batch"], DRAFTER_PRESETS[preset.data].gen.batch,
+                      options.dtype)
     tok, chat = chat_tokenizer(target)
     prompts = {split: encode_prompts(tok, chat, texts, data["max_prompt"])
-               for split, texts in prompt_splits(None, args.chat_prompts).items()}
-    imported = import_answers(args.campaign, out / "data", prompts, data["gen_batch"])
+               for split, texts in prompt_splits(None, options.chat_prompts).items()}
+    imported = import_answers(options.campaign, out / "data", prompts, data["gen_batch"])
     state = out / ".state" / f"eagle3-{preset.name}" / "state.json"
-    if args.init is None and (args.campaign / "head").is_dir() and (args.no_resume or not state.is_file()):
-        args.init = args.campaign / "head"
-    log("eagle3", f"campaign {args.campaign}: {imported} answer shards imported"
-        + (f", warm start from {args.init}" if args.init else ""))
-    return record
+    init = options.init
+    if init is None and (options.campaign / "head").is_dir() and (not options.run.resume or not state.is_file()):
+        init = options.campaign / "head"
+    log("eagle3", f"campaign {options.campaign}: {imported} answer shards imported"
+        + (f", warm start from {init}" if init else ""))
+    return record, init
 
 
-def close_campaign(args: argparse.Namespace, target: Path, out: Path, preset: Eagle3Preset, record: dict,
+def close_campaign(options: Eagle3Options, target: Path, out: Path, preset: Eagle3Preset, record: dict,
                    summary: dict) -> None:
     """The run's new answers and record into the campaign folder, and its head where it scores best so far."""
-    exported = export_answers(out / "data", args.campaign)
-    kept = record_run(args.campaign, record, campaign_data(args, target, preset), summary)
-    log("eagle3", f"campaign {args.campaign}: {exported} answer shards added; the head "
+    exported = export_answers(out / "data", options.campaign)
+    kept = record_run(options.campaign, record, campaign_data(options, target, preset), summary)
+    log("eagle3", f"campaign {options.campaign}: {exported} answer shards added; the head "
         + ("is the best so far: kept in the campaign" if kept else "was not kept (not exported, or not better)"))

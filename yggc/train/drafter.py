@@ -29,7 +29,6 @@ to 128 tokens (16 shards, ~20 min), training ~1.7 s per step of 8 conversations 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import time
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING
 from ..errors import YggcError
 from .batches import batch_indices
 from .loop import distill_steps, make_optimizer
+from .options import DrafterOptions, RunSettings
 from .presets import (
     CACHE,
     DRAFTER_PRESETS,
@@ -88,19 +88,19 @@ def evaluate(model: LlamaForCausalLM, samples: list[Sample], batch: int) -> dict
 
 
 def train(model: LlamaForCausalLM, samples: list[Sample], preset: DrafterPreset, state_dir: Path,
-          args: argparse.Namespace) -> dict:
+          settings: RunSettings) -> dict:
     """Train (or resume) to preset.steps; checkpoints every --ckpt-every steps."""
     def step(meta: dict):
-        idx = batch_indices(len(samples), args.seed, meta["step"], preset.train.batch_size)
+        idx = batch_indices(len(samples), settings.seed, meta["step"], preset.train.batch_size)
         loss, agree = distill_loss(model, collate([samples[i] for i in idx]), preset.hard_weight)
         a = agree.item()
         meta["agree_ema"] = a if meta["agree_ema"] is None else 0.98 * meta["agree_ema"] + 0.02 * a
         return loss, f"agree={meta['agree_ema']:.3f}"
 
-    recipe = {"size": asdict(preset.size), "seed": args.seed, "n_samples": len(samples)}
+    recipe = {"size": asdict(preset.size), "seed": settings.seed, "n_samples": len(samples)}
     meta = {"step": 0, "recipe": recipe, "agree_ema": None, "train_seconds": 0.0}
     return distill_steps("drafter", model, make_optimizer(model, preset.train), meta, preset.steps,
-                         preset.train, state_dir, args, step)
+                         preset.train, state_dir, settings, step)
 
 
 def write_bench_files(out: Path, target: Path, heldout: list[str], train_dir: Path, n_calib: int) -> None:
@@ -124,23 +124,23 @@ def export(model: LlamaForCausalLM, out: Path, target: Path, dtype: str) -> Path
     return dest
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(options: DrafterOptions) -> dict:
     """Generate the data (missing shards), train (or resume) and, at the last step, export OUT/drafter; returns
     the summary (also OUT/drafter/drafter_summary.json)."""
     require_transformers()
-    named = preset_named(args.preset, DRAFTER_PRESETS)
-    preset = replace(named, n_prompts=args.prompts or named.n_prompts, steps=args.steps or named.steps,
-                     gen=replace(named.gen, batch=args.gen_batch or named.gen.batch))
-    target = checkpoint_folder(args.target, "--target")
-    if args.corpus_dir is not None and not args.corpus_dir.is_dir():
-        raise YggcError(f"--corpus-dir {args.corpus_dir} is not a folder")
-    out = (args.out or CACHE / data_folder_name(preset.name, args.chat_prompts)).expanduser().resolve()
+    named = preset_named(options.preset, DRAFTER_PRESETS)
+    preset = replace(named, n_prompts=options.prompts or named.n_prompts, steps=options.steps or named.steps,
+                     gen=replace(named.gen, batch=options.gen_batch or named.gen.batch))
+    target = checkpoint_folder(options.target, "--target")
+    if options.corpus_dir is not None and not options.corpus_dir.is_dir():
+        raise YggcError(f"--corpus-dir {options.corpus_dir} is not a folder")
+    out = (options.out or CACHE / data_folder_name(preset.name, options.chat_prompts)).expanduser().resolve()
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(options.run.threads)
     t0 = time.time()
-    splits = prompt_splits(args.corpus_dir, args.chat_prompts)
-    check_data_source(out / "data", args.chat_prompts, preset.gen.batch, named.gen.batch)
+    splits = prompt_splits(options.corpus_dir, options.chat_prompts)
+    check_data_source(out / "data", options.chat_prompts, preset.gen.batch, named.gen.batch)
     teacher = load_hf_model(target, "float32")
     answer_prompts(teacher, target, out / "data", (preset.n_prompts, preset.n_eval_prompts), preset.gen, splits)
     embedding = teacher.get_input_embeddings().weight.detach()
@@ -150,8 +150,8 @@ def run(args: argparse.Namespace) -> dict:
     if any(s.topk_ids.shape[1] == 0 for s in samples):
         raise YggcError(f"{out / 'data'} holds answers imported from an EAGLE-3 campaign, without the soft labels "
                         "the drafter learns from; pass another --out")
-    model = build_student(target_cfg, embedding, preset.size, args.seed)
-    meta = train(model, samples, preset, out / ".state" / "drafter", args)
+    model = build_student(target_cfg, embedding, preset.size, options.run.seed)
+    meta = train(model, samples, preset, out / ".state" / "drafter", options.run)
     model.eval()
     summary = {"preset": preset.name, "target": str(target), "params": n_params(model), "steps": meta["step"],
                "train_samples": len(samples), "train_answer_tokens": sum(len(s.ids) - s.answer_start for s in samples),
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> dict:
         chat = evaluate(model, read_samples(out / "data" / "heldout-chat"), preset.train.batch_size)
         summary.update({f"{k}_chat": v for k, v in chat.items()})
     if meta["step"] >= preset.steps:
-        dest = export(model, out, target, args.dtype)
+        dest = export(model, out, target, options.dtype)
         write_bench_files(dest, target, splits["heldout"], out / "data" / "train", preset.n_calib)
         summary["drafter"] = str(dest)
         (dest / "drafter_summary.json").write_text(json.dumps(summary, indent=1))

@@ -23,7 +23,6 @@ demo pair's ``prompts.json``.
 
 from __future__ import annotations
 
-import argparse
 import time
 import warnings
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from .corpus import (
     read_text,
     stdlib_root,
 )
+from .options import EvaluateOptions
 from .presets import checkpoint_folder, load_hf_model, n_params, require_transformers
 
 if TYPE_CHECKING:
@@ -162,33 +162,34 @@ def print_table(r: dict) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(options: EvaluateOptions) -> dict:
     """Score the pair in --pair; prints the table (and --show-samples continuations) on stdout, returns the metrics."""
     require_transformers()
-    verifier_dir, drafter_dir = (checkpoint_folder(args.pair / role, "--pair") for role in ("verifier", "drafter"))
+    verifier_dir, drafter_dir = (checkpoint_folder(options.pair / role, "--pair")
+                                 for role in ("verifier", "drafter"))
     t0 = time.time()
-    records = heldout_prompt_records(args.prompts, args.prompt_chars, args.corpus_dir)
+    records = heldout_prompt_records(options.prompts, options.prompt_chars, options.corpus_dir)
     if not records:
-        raise YggcError(f"no held-out function of {args.prompt_chars // 2}+ characters to prompt with under "
-                        f"{args.corpus_dir or stdlib_root()}")
+        raise YggcError(f"no held-out function of {options.prompt_chars // 2}+ characters to prompt with under "
+                        f"{options.corpus_dir or stdlib_root()}")
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if options.threads:
+        torch.set_num_threads(options.threads)
     tok = load_tokenizer(verifier_dir / "tokenizer.json")
     verifier, drafter = load_hf_model(verifier_dir), load_hf_model(drafter_dir)
-    windows, _ = heldout_windows(tok, args.ctx, args.max_eval_tokens, args.corpus_dir)
+    windows, _ = heldout_windows(tok, options.ctx, options.max_eval_tokens, options.corpus_dir)
     res = {
-        "pair": str(args.pair),
-        "heldout_files": len(heldout_files(args.corpus_dir)),
-        "ctx": args.ctx,
+        "pair": str(options.pair),
+        "heldout_files": len(heldout_files(options.corpus_dir)),
+        "ctx": options.ctx,
         "params_verifier": n_params(verifier),
         "params_drafter": n_params(drafter),
     }
     res.update(text_metrics(verifier, drafter, windows))
-    chain, samples = chain_metrics(verifier, drafter, tok, [p.text for p in records], args.new_tokens)
+    chain, samples = chain_metrics(verifier, drafter, tok, [p.text for p in records], options.new_tokens)
     res.update(chain, seconds=time.time() - t0)
     print_table(res)
-    for rec, sample in list(zip(records, samples))[: args.show_samples]:
+    for rec, sample in list(zip(records, samples))[: options.show_samples]:
         print(f"\n--- prompt ({rec.path}:{rec.line}) ---\n{rec.text}\n--- verifier greedy continuation ---\n{sample}")
     return res

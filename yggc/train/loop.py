@@ -7,7 +7,6 @@ seed and the step, and the state of a run is saved every --ckpt-every steps and 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -24,6 +23,7 @@ from ..bundle import file_sha256
 from ..errors import YggcError
 from .batches import ROLES, sample_batch
 from .corpus import eot_id, load_tokenizer
+from .options import RunSettings
 from .presets import ModelSize, PairPreset, TrainHParams, build_model, export_checkpoint, load_hf_model, n_params
 
 if TYPE_CHECKING:
@@ -335,15 +335,15 @@ def wait_while_paused(job: str, save: Callable[[], None]) -> None:
 
 
 def distill_steps(job: str, model: torch.nn.Module, opt: torch.optim.Optimizer, meta: dict, total: int,
-                  hp: TrainHParams, state_dir: Path, args: argparse.Namespace,
+                  hp: TrainHParams, state_dir: Path, settings: RunSettings,
                   step: Callable[[dict], tuple[torch.Tensor, str]],
                   lr: Callable[[int], float] | None = None) -> dict:
     """The resumable loop of the drafter and EAGLE-3 jobs, from meta["step"] (or the state saved in state_dir,
     made from the same meta["recipe"]) to `total`. step(meta) -> (loss, progress text) computes the loss of
     batch meta["step"] (and may keep running statistics in meta); lr(step) the learning rate (default: warmup and
-    cosine to `total`). Saves every args.ckpt_every steps, every SAVE_SECONDS, when paused (PAUSE_FILE) and when
-    args.max_minutes / args.stop_after stop the run (rerun to resume); args.no_resume starts over."""
-    if (state_dir / "state.json").is_file() and not args.no_resume:
+    cosine to `total`). Saves every settings.ckpt_every steps, every SAVE_SECONDS, when paused (PAUSE_FILE) and when
+    settings.max_minutes / settings.stop_after stop the run (rerun to resume); resumes only where settings.resume."""
+    if (state_dir / "state.json").is_file() and settings.resume:
         check_recipe(job, state_dir, meta.get("recipe"))
         meta = {**load_state(state_dir, model, opt), "recipe": meta.get("recipe")}
         log(job, f"resumed at step {meta['step']}")
@@ -367,9 +367,9 @@ def distill_steps(job: str, model: torch.nn.Module, opt: torch.optim.Optimizer, 
         bar.set_postfix_str(f"loss={loss.item():.3f}, {text}", refresh=False)
         bar.update(1)
         elapsed = time.time() - t0
-        stop = ("--stop-after" if args.stop_after is not None and meta["step"] - start >= args.stop_after else
-                "--max-minutes" if args.max_minutes and elapsed > args.max_minutes * 60 else None)
-        if (meta["step"] % args.ckpt_every == 0 or meta["step"] == total or stop
+        stop = ("--stop-after" if settings.stop_after is not None and meta["step"] - start >= settings.stop_after else
+                "--max-minutes" if settings.max_minutes and elapsed > settings.max_minutes * 60 else None)
+        if (meta["step"] % settings.ckpt_every == 0 or meta["step"] == total or stop
                 or time.time() - saved_at > SAVE_SECONDS):
             save()
         if stop:

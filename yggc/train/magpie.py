@@ -21,7 +21,6 @@ stdlib prompts; the held-out split is what the benchmark's general-chat set is d
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING
 from ..errors import YggcError
 from ..runtime.chat import WHERE
 from .loop import progress
+from .options import PromptsOptions
 from .presets import CACHE, checkpoint_folder, load_hf_model, require_transformers
 from .shards import chat_tokenizer, stop_tokens
 
@@ -194,18 +194,19 @@ def read_turns(folder: Path, n_shards: int) -> Iterator[str | None]:
             yield from json.loads(shard_path(folder, s).read_text())["turns"]
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(options: PromptsOptions) -> dict:
     """Sample the missing shards, then write OUT/chat_prompts.json from every shard; returns the summary."""
     import torch
 
     require_transformers()
-    target = checkpoint_folder(args.target, "--target")
-    spec = MagpieSpec(count=args.count, batch=args.batch, max_new=args.max_new, top_p=args.top_p, seed=args.seed)
-    out = (args.out or CACHE / "magpie").expanduser().resolve()
-    torch.set_num_threads(args.threads)
+    target = checkpoint_folder(options.target, "--target")
+    spec = MagpieSpec(count=options.count, batch=options.batch, max_new=options.max_new, top_p=options.top_p,
+                      seed=options.seed)
+    out = (options.out or CACHE / "magpie").expanduser().resolve()
+    torch.set_num_threads(options.threads)
     folder = out / "magpie"
     check_same_spec(folder, spec)
-    stats = write_shards(load_hf_model(target, args.dtype), target, spec, folder, args.stop_after)
+    stats = write_shards(load_hf_model(target, options.dtype), target, spec, folder, options.stop_after)
     n_shards = -(-spec.count // spec.batch)
     train, heldout, counts = select(read_turns(folder, n_shards), spec)
     dest = out / "chat_prompts.json"

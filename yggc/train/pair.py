@@ -47,7 +47,6 @@ Decisions (measured on a 2-core Cascade Lake Xeon, AVX-512, no AVX512-BF16)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -61,6 +60,7 @@ from ..errors import YggcError
 from .batches import ROLES
 from .corpus import encode_documents, load_tokenizer, read_text, split_files, stdlib_root, train_tokenizer
 from .loop import Job, log, train_model
+from .options import PairOptions
 from .presets import CACHE, PAIR_PRESETS, PairPreset, preset_named, require_transformers
 
 
@@ -86,19 +86,18 @@ def prepare_data(out_dir: Path, corpus_dir: Path | None, vocab_size: int, resume
     return tok_path, tokens
 
 
-def make_jobs(args: argparse.Namespace, preset: PairPreset, out: Path, tok_path: Path, tokens: np.ndarray) -> list[Job]:
+def make_jobs(options: PairOptions, preset: PairPreset, out: Path, tok_path: Path, tokens: np.ndarray) -> list[Job]:
     """The models --only asks for, verifier first, with the flags' budgets over the preset's."""
-    alpha = (
-        None if args.no_distill else (args.distill_alpha if args.distill_alpha is not None else preset.distill_alpha)
-    )
+    alpha = (None if options.no_distill else
+             options.distill_alpha if options.distill_alpha is not None else preset.distill_alpha)
     jobs = []
     for role in ROLES:
-        if args.only not in ("both", role):
+        if options.only not in ("both", role):
             continue
         hp = preset.verifier_train if role == "verifier" else preset.drafter_train
-        minutes = getattr(args, f"{role}_minutes") or args.max_minutes
+        minutes = options.minutes_for(role)
         hp = replace(hp, minutes=minutes) if minutes else hp
-        hp = replace(hp, batch_size=args.batch_size or hp.batch_size, lr=args.lr or hp.lr)
+        hp = replace(hp, batch_size=options.batch_size or hp.batch_size, lr=options.lr or hp.lr)
         distill = role == "drafter" and alpha is not None
         jobs.append(
             Job(
@@ -109,36 +108,38 @@ def make_jobs(args: argparse.Namespace, preset: PairPreset, out: Path, tok_path:
                 tokens=tokens,
                 tokenizer_path=tok_path,
                 out_dir=out,
-                seed=args.seed,
-                steps=args.steps,
-                resume=not args.no_resume,
-                compile=preset.compile if args.compile is None else args.compile,
-                autocast=args.autocast,
+                seed=options.run.seed,
+                steps=options.steps,
+                resume=options.run.resume,
+                compile=preset.compile if options.compile is None else options.compile,
+                autocast=options.autocast,
                 teacher_dir=out / "verifier" if distill else None,
                 distill_alpha=alpha if distill else None,
-                ckpt_every=args.ckpt_every,
-                stop_after=args.stop_after,
+                ckpt_every=options.run.ckpt_every,
+                stop_after=options.run.stop_after,
             )
         )
     return jobs
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(options: PairOptions) -> dict:
     """Train (or resume) the pair the flags describe into --out; returns the summary (also OUT/train_summary.json)."""
     require_transformers()
-    preset = preset_named(args.preset, PAIR_PRESETS)
-    preset = replace(preset, vocab_size=args.vocab_size or preset.vocab_size, seq_len=args.seq_len or preset.seq_len)
-    if args.tokenizer is not None and not args.tokenizer.is_file():
-        raise YggcError(f"--tokenizer {args.tokenizer} is not a file; pass a tokenizer.json")
-    out = (args.out or CACHE / preset.name).expanduser().resolve()
-    os.environ.setdefault("RAYON_NUM_THREADS", str(args.threads))
+    preset = preset_named(options.preset, PAIR_PRESETS)
+    preset = replace(preset, vocab_size=options.vocab_size or preset.vocab_size,
+                     seq_len=options.seq_len or preset.seq_len)
+    if options.tokenizer is not None and not options.tokenizer.is_file():
+        raise YggcError(f"--tokenizer {options.tokenizer} is not a file; pass a tokenizer.json")
+    out = (options.out or CACHE / preset.name).expanduser().resolve()
+    os.environ.setdefault("RAYON_NUM_THREADS", str(options.run.threads))
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(options.run.threads)
     t0 = time.time()
-    tok_path, tokens = prepare_data(out, args.corpus_dir, preset.vocab_size, not args.no_resume, args.tokenizer)
+    tok_path, tokens = prepare_data(out, options.corpus_dir, preset.vocab_size, options.run.resume,
+                                    options.tokenizer)
     preset = replace(preset, vocab_size=load_tokenizer(tok_path).get_vocab_size())
-    results = {job.role: train_model(job) for job in make_jobs(args, preset, out, tok_path, tokens)}
+    results = {job.role: train_model(job) for job in make_jobs(options, preset, out, tok_path, tokens)}
     summary = {"preset": asdict(preset), "out": str(out), "wall_seconds": time.time() - t0, "models": results}
     (out / "train_summary.json").write_text(json.dumps(summary, indent=1))
     log("pair", f"done in {summary['wall_seconds'] / 60:.1f} min -> {out}")
