@@ -177,7 +177,7 @@ def sample_token_ms(vocab: int, temperature: float) -> float:
 
 
 def calibrate(verifier, drafter, layout: CacheLayout, tokenizer, spec: CalibrationSpec,
-              progress=None, sampled: bool = False) -> tuple[list[TreeSample], dict]:
+              log=None, sampled: bool = False) -> tuple[list[TreeSample], dict]:
     """-> tree samples for every width, and the record written to calibration.json (sampled: decoded at
     spec.temperature, the record also holds each width's measured iteration ms)."""
     texts = read_calibration_text(spec.files)
@@ -197,8 +197,8 @@ def calibrate(verifier, drafter, layout: CacheLayout, tokenizer, spec: Calibrati
             raise YggcError(f"calibration decoding produced no tree with {spec.max_depth} tokens after it at width "
                             f"{width}; raise --calib-tokens above {spec.max_depth}")
         samples += got
-        if progress:
-            progress(f"calibrated W={width}{f' at T={spec.temperature:g}' if sampled else ''}: {len(got)} trees")
+        if log:
+            log(f"calibrated W={width}{f' at T={spec.temperature:g}' if sampled else ''}: {len(got)} trees")
     record = {"files": [{"name": p.name, "sha256": hashlib.sha256(t.encode()).hexdigest()} for p, t in texts],
               "n_prompts": len(prompts), "prompt_tokens": [len(p) for p in prompts],
               "new_tokens": spec.new_tokens, "max_depth": spec.max_depth, "widths": list(spec.widths),

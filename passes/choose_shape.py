@@ -60,7 +60,7 @@ def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, sp
                         tuple(record["rank_acceptance"]))  # what its sampled trees price each draw at
 
 
-def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, step,
+def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, log,
                  with_suffix: DecodeCheck | None = None) -> BundlePlan:
     """The calibrated plan with its measured speedups: from the profiled phases (the objective's terms, measured)
     and from decoding calibration text end to end (decode_check): `decoded` the tree the objective priced, which its
@@ -78,10 +78,10 @@ def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, step,
                    speculate=verdict.speedup > MIN_SPEEDUP, estimate_off=off)
     if not plan.speculate:
         branches = " with suffix branches" if with_suffix else ""
-        step(f"the tree{branches} decoded at {verdict.speedup:.2f}x the verifier alone: the bundle decodes without "
-             "speculation")
+        log(f"the tree{branches} decoded at {verdict.speedup:.2f}x the verifier alone: the bundle decodes without "
+            "speculation")
     if off:
-        step(off)
+        log(off)
     return plan
 
 
@@ -95,10 +95,10 @@ def estimate_off(estimated: float, decoded: float) -> str | None:
             "decoded; the decode's verdict decides")
 
 
-def checked_sampling_plan(sampling: SamplingPlan, decoded: DecodeCheck, step) -> SamplingPlan:
+def checked_sampling_plan(sampling: SamplingPlan, decoded: DecodeCheck, log) -> SamplingPlan:
     """plan.json's "sampling" entry with the decode check at its temperature; its verdict follows the decode."""
     out = replace(sampling, decoded=decoded, speculate=decoded.speedup > MIN_SPEEDUP)
     if not out.speculate:
-        step(f"the sampling tree decoded at {decoded.speedup:.2f}x the verifier alone: requests at T > 0 decode "
-             "without speculation")
+        log(f"the sampling tree decoded at {decoded.speedup:.2f}x the verifier alone: requests at T > 0 decode "
+            "without speculation")
     return out

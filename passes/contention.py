@@ -26,7 +26,7 @@ def contention_line(record: dict) -> str:
             "compile again when the machine is quiet (its packages come from the package cache)")
 
 
-def measure_until_quiet(measure: Callable[[bool], dict], note: Callable[[str], None], tries: int = TRIES,
+def measure_until_quiet(measure: Callable[[bool], dict], log: Callable[[str], None], tries: int = TRIES,
                         watch: Callable[[], CpuWatch] | None = None) -> dict:
     """measure(first) -> a profile, taken again while other programs took CPU time meanwhile (first=False:
     measure everything anew, reusing nothing timed before), at most `tries` times; a profile still disturbed
@@ -39,5 +39,5 @@ def measure_until_quiet(measure: Callable[[bool], dict], note: Callable[[str], N
         if contended is None:
             return profile
         if n < tries:
-            note(f"other programs took {contended['other_cores']:.1f} cores while profiling: measuring again")
+            log(f"other programs took {contended['other_cores']:.1f} cores while profiling: measuring again")
     return {**profile, "contention": contended}

@@ -82,7 +82,7 @@ def package_width(job: CompileJob) -> int:
 
 
 def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
-                         step) -> list[dict]:
+                         log) -> list[dict]:
     """O2: one package per model (lowered the first time the model is asked for) behind all its buckets."""
     buckets, drafter = [], loaded["drafter"].graph
     kind = kind_of(drafter)
@@ -94,16 +94,16 @@ def lower_model_packages(w: BundleWriter, loaded: dict, widths: dict[str, list[i
             else:
                 lower_model(model.graph, package_width(job), job.max_seq, w.path(rel), job.device, job.opt,
                             kind.features_package(name, job.opt), shared_table=kind.package_inputs(name, drafter))
-            step(f"lowered {name} at every width 1..{package_width(job)}")
+            log(f"lowered {name} at every width 1..{package_width(job)}")
         buckets += [{"name": bucket_name(name, width), "model": name, "kind": "forward", "width": width, "file": rel}
                     for width in widths[name]]
     return buckets
 
 
 def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[int]], job: CompileJob,
-                          step) -> list[dict]:
+                          log) -> list[dict]:
     if job.opt == "O2":
-        return lower_model_packages(w, loaded, widths, job, step)
+        return lower_model_packages(w, loaded, widths, job, log)
     buckets, rank = [], rank_world()[0]
     for name, model in loaded.items():
         split = job.tp > 1 and name == "verifier"  # each rank lowers its slice; rank 0 the replicated drafter
@@ -117,31 +117,31 @@ def lower_forward_buckets(w: BundleWriter, loaded: dict, widths: dict[str, list[
             elif split or rank == 0:
                 lower_bucket(model.graph, width, job.max_seq, w.path(record["file"]), job.device, job.opt)
             buckets.append(record)
-            step(f"lowered {name} W={width}")
+            log(f"lowered {name} W={width}")
     barrier()  # every rank's packages are written before any rank loads one
     return buckets
 
 
-def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJob, step) -> list[dict]:
+def lower_phases(w: BundleWriter, loaded: dict, shape: TreeShape, job: CompileJob, log) -> list[dict]:
     """The fused draft phase and greedy verify phase for the tree shape."""
     rank = rank_world()[0]
     draft = draft_phase_bucket(shape, loaded["drafter"].graph, loaded["verifier"].graph.cfg.vocab_size)
     module = draft.pop("module")
     if rank == 0:  # the drafter is replicated: one package for every rank
         lower_draft_phase(module, job.max_seq, w.path(draft["file"]), job.device, job.opt)
-    step(f"lowered the draft phase D={shape.depth} W={shape.width}")
+    log(f"lowered the draft phase D={shape.depth} W={shape.width}")
     verify = verify_phase_bucket(shape, loaded["verifier"].graph, loaded["drafter"].graph)
     if job.tp > 1:  # the verifier's slice, collectives inside: one package per rank
         verify.update(rank=rank, file=split_file(verify["file"], rank))
     lower_verify_phase(verify.pop("module"), shape.n_nodes, job.max_seq, w.path(verify["file"]), job.device,
                        job.opt)
-    step(f"lowered the verify phase V={shape.verify}")
+    log(f"lowered the verify phase V={shape.verify}")
     barrier()
     return [draft, verify]
 
 
 def lower_frozen_draft_phases(root: Path, loaded: dict, shapes: list[TreeShape], job: CompileJob,
-                              step) -> list[dict]:
+                              log) -> list[dict]:
     """O2: the draft phase at each (D, W) of `shapes` as one package under `root` (the bundle's, or calibration's
     scratch folder) with the drafter's weights frozen in, where the drafter's kind compiles one (an EAGLE-3 head);
     else nothing (the phase runs eagerly around the drafter's package)."""
@@ -151,13 +151,13 @@ def lower_frozen_draft_phases(root: Path, loaded: dict, shapes: list[TreeShape],
         shape = TreeShape(depth, width, 1)  # drafting reads D and W only
         phase = kind.frozen_draft_phase(drafter, shape, vocab, drafter.n_slots - 1)
         if phase is None:  # the kind compiles none, at any shape
-            step(f"the draft phase runs eagerly around {kind.description}'s package")
+            log(f"the draft phase runs eagerly around {kind.description}'s package")
             return []
         records.append(draft_phase_record(shape))
         path = root / records[-1]["file"]
         path.parent.mkdir(parents=True, exist_ok=True)
         lower_frozen_draft_phase(phase, job.max_seq, path, job.device, job.opt)
-        step(f"lowered the draft phase D={depth} W={width} with the drafter's weights frozen in")
+        log(f"lowered the draft phase D={depth} W={width} with the drafter's weights frozen in")
     return records
 
 

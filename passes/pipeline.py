@@ -85,7 +85,7 @@ class Calibrated:
     costs: StageCosts                     # the cost curves the shapes were ranked with
 
 
-def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: CompileJob, step) -> Calibrated:
+def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: CompileJob, log) -> Calibrated:
     """Profile the forward buckets, decode the calibration text, rank shapes."""
     spec, layout = job.calib, loaded["verifier"].layout
     if loaded["verifier"].tokenizer is None:
@@ -95,9 +95,9 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     if kind_of(compiled["drafter"]).head:  # its steps at each width, through its O2 package if it has one
         timed["drafter"], widths["drafter"] = HeadSteps(compiled["drafter"]), list(HEAD_PROBE_WIDTHS)
     forward = profile_forward(timed, widths, layout, job.profile_repeats)
-    step("profiled the forward buckets")
+    log("profiled the forward buckets")
     samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded["verifier"].tokenizer,
-                                spec, step)
+                                spec, log)
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
     largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
     host = host_stage_ms(largest, loaded["verifier"].graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
@@ -105,39 +105,39 @@ def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: Comp
     if job.opt == OptLevel.O2:  # time a small shape's phases whole for the host glue, drafting as the runtime will
         probe = GLUE_PROBE if spec.max_depth >= GLUE_PROBE.depth else TreeShape(1, 2, 2)
         with tempfile.TemporaryDirectory(prefix="yggc-probe-") as scratch:  # the package cache keeps the phase
-            phases = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, step)
+            phases = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, log)
             decoder = compiled_decoder(Path(scratch), loaded, compiled, phases, probe, job)
             measured.update(phase_profile(decoder, job.profile_repeats, drafter_steps(timed, widths)))
         how = "through a draft phase package" if phases else "eagerly"
-        step(f"timed the phases at {probe} for the host glue, drafting {how}")
+        log(f"timed the phases at {probe} for the host glue, drafting {how}")
     costs = StageCosts.from_profile(measured)
     record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase
     shape, plan = choose_shape(candidates, costs)
-    step(f"chose {shape} "
-         f"(estimated {plan.objective.speedup:.2f}x)")
+    log(f"chose {shape} "
+        f"(estimated {plan.objective.speedup:.2f}x)")
     if spec.temperature > 0:  # a second plan, for sampling at that temperature
         sampled, record["sampling"] = calibrate(compiled["verifier"], compiled["drafter"], layout,
-                                                loaded["verifier"].tokenizer, spec, step, sampled=True)
+                                                loaded["verifier"].tokenizer, spec, log, sampled=True)
         plan = replace(plan, sampling=sampling_plan(sampled, record["sampling"], costs, spec))
         best = plan.sampling.shape
-        step(f"chose {best} for T={spec.temperature:g} "
-             f"(estimated {plan.sampling.objective.speedup:.2f}x)")
+        log(f"chose {best} for T={spec.temperature:g} "
+            f"(estimated {plan.sampling.objective.speedup:.2f}x)")
     return Calibrated(shape, plan, record, forward, candidates, samples, costs)
 
 
-def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, step) -> AdaptivePlan:
+def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, log) -> AdaptivePlan:
     """Train the draft-depth predictor where the runtime can switch shapes per iteration (eager phases
     around O2 packages) -> plan.json's "adaptive" record."""
     if job.opt != OptLevel.O2 or job.calib.pin_depth is not None:
-        step("depth predictor: not trained (it needs --opt O2 and a free --depth)")
+        log("depth predictor: not trained (it needs --opt O2 and a free --depth)")
         return AdaptivePlan(False, "per-iteration shapes need --opt O2 and a free depth")
     policy, record = train_policy(cal.samples, cal.candidates, cal.shape.width, cal.costs.iteration_ms)
     if policy is not None:
         save_file(policy.predictor.state_dict(), w.path("predictor.safetensors"))
     held = record.held_out_tokens_per_ms
-    step(f"depth predictor: {'used' if policy else 'not used'}"
-         + (f" ({held.adaptive:.4f} vs {held.best_constant:.4f} tokens/ms held out, an oracle "
-            f"{held.oracle:.4f})" if held else ""))
+    log(f"depth predictor: {'used' if policy else 'not used'}"
+        + (f" ({held.adaptive:.4f} vs {held.best_constant:.4f} tokens/ms held out, an oracle "
+           f"{held.oracle:.4f})" if held else ""))
     return record
 
 
@@ -156,28 +156,28 @@ def load_checked_pair(job: CompileJob) -> dict[str, loading.LoadedModel]:
 
 
 def decode_checked(plan: BundlePlan, profile: dict, decoder: SpeculativeDecoder, loaded: dict,
-                   compiled: dict[str, CompiledModel], job: CompileJob, step) -> BundlePlan:
+                   compiled: dict[str, CompiledModel], job: CompileJob, log) -> BundlePlan:
     """The plan after the decode checks (passes/decode_check.py): the greedy tree's alone (what the estimate is
     checked against) and, on a CPU and one process, with the text's suffix branches (what greedy requests decode by
     default, so the greedy verdict follows it); then the sampling plan's at the calibrated temperature."""
     layout = loaded["verifier"].layout
     ar, prompts = AutoregressiveDecoder(compiled["verifier"], layout), check_prompts(loaded["verifier"].tokenizer, job.calib)
     decoded = decode_check(decoder, ar, prompts)
-    step(f"decoded calibration text: {plan.shape.depth}x{plan.shape.width}x{plan.shape.verify} at "
-         f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
+    log(f"decoded calibration text: {plan.shape.depth}x{plan.shape.width}x{plan.shape.verify} at "
+        f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
     with_suffix = None
     if branches_by_default(device_kind(job.device), job.tp, sampling=False):  # what greedy requests decode
         with_suffix = decode_check(with_suffix_branches(decoder, iteration_ms=iteration_cost(profile)), ar, prompts)
-        step(f"with suffix branches (greedy requests' default): {with_suffix.tree_tpot_ms:.3f} ms/token, the verifier "
-             f"alone at {with_suffix.ar_tpot_ms:.3f}")
-    plan = checked_plan(plan, profile, decoded, step, with_suffix)
+        log(f"with suffix branches (greedy requests' default): {with_suffix.tree_tpot_ms:.3f} ms/token, the verifier "
+            f"alone at {with_suffix.ar_tpot_ms:.3f}")
+    plan = checked_plan(plan, profile, decoded, log, with_suffix)
     if plan.sampling is not None:
         shape = plan.sampling.shape
         sampled = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, shape)
         decoded = decode_check(sampled, ar, prompts, temperature=job.calib.temperature)
-        step(f"decoded calibration text at T={job.calib.temperature:g}: {shape.depth}x{shape.width}x{shape.verify} at "
-             f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
-        plan = replace(plan, sampling=checked_sampling_plan(plan.sampling, decoded, step))
+        log(f"decoded calibration text at T={job.calib.temperature:g}: {shape.depth}x{shape.width}x{shape.verify} at "
+            f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
+        plan = replace(plan, sampling=checked_sampling_plan(plan.sampling, decoded, log))
     return plan
 
 
@@ -190,7 +190,7 @@ def package_compiler(job: CompileJob, log) -> str:
 
 
 
-Note = Callable[[str], None]  # a pass's progress line (shown under the pass's number)
+Log = Callable[[str], None]  # the progress callback: one line (a pass's is shown under the pass's number)
 
 
 @dataclass
@@ -216,7 +216,7 @@ class CompileState:
     started: float = field(default_factory=time.perf_counter)
 
 
-def load_pass(s: CompileState, note: Note) -> str:
+def load_pass(s: CompileState, log: Log) -> str:
     s.head = kind_of_folder(s.job.drafter_dir).head
     s.widths = bucket_widths(s.job.shape, probe=s.job.calib is not None and s.job.calib.probe, head=s.head,
                              opt=s.job.opt)
@@ -224,7 +224,7 @@ def load_pass(s: CompileState, note: Note) -> str:
     return "loaded and checked the pair"
 
 
-def copy_pass(s: CompileState, note: Note) -> str:
+def copy_pass(s: CompileState, log: Log) -> str:
     """Open the bundle (written aside, renamed into place by the last pass) and copy what the runtime reads."""
     s.cxx = package_compiler(s.job, s.log)
     s.writer = s.stack.enter_context(bundle_writer(s.job.out, s.job.overwrite))
@@ -240,9 +240,9 @@ def copy_pass(s: CompileState, note: Note) -> str:
     return "copied the checkpoints" + ("" if all(kept.values()) else " (weights only where no package carries them)")
 
 
-def lower_pass(s: CompileState, note: Note) -> None:
+def lower_pass(s: CompileState, log: Log) -> None:
     job = s.job
-    s.buckets = lower_forward_buckets(s.writer, s.loaded, s.widths, job, note)
+    s.buckets = lower_forward_buckets(s.writer, s.loaded, s.widths, job, log)
     if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and s.buckets:
         probe_load(s.writer.root / s.buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile
     width, drafter = package_width(job) if job.opt == OptLevel.O2 else 0, s.loaded["drafter"].graph
@@ -251,17 +251,17 @@ def lower_pass(s: CompileState, note: Note) -> None:
                   for name, m in s.loaded.items()}
 
 
-def calibrate_pass(s: CompileState, note: Note) -> None:
-    s.cal = calibrated_shape(s.loaded, s.compiled, s.job, note)
+def calibrate_pass(s: CompileState, log: Log) -> None:
+    s.cal = calibrated_shape(s.loaded, s.compiled, s.job, log)
     s.shape, s.plan = s.cal.shape, s.cal.plan
     s.writer.write_json("calibration.json", s.cal.record)
 
 
-def predictor_pass(s: CompileState, note: Note) -> None:
-    s.adaptive = depth_predictor(s.writer, s.cal, s.job, note)
+def predictor_pass(s: CompileState, log: Log) -> None:
+    s.adaptive = depth_predictor(s.writer, s.cal, s.job, log)
 
 
-def plan_buckets_pass(s: CompileState, note: Note) -> str | None:
+def plan_buckets_pass(s: CompileState, log: Log) -> str | None:
     """The forward buckets the chosen shapes call that are not lowered yet (O1; an O2 package serves every width)."""
     shapes = [s.shape]
     if s.plan.sampling is not None:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
@@ -270,24 +270,24 @@ def plan_buckets_pass(s: CompileState, note: Note) -> str | None:
               for name in s.compiled}
     missing = {name: [x for x in ws if x not in s.compiled[name].runners] for name, ws in wanted.items()}
     lowered = []  # what lowering said: nothing when the packages serve every width already
-    added = lower_forward_buckets(s.writer, s.loaded, missing, s.job, lambda msg: (lowered.append(msg), note(msg)))
+    added = lower_forward_buckets(s.writer, s.loaded, missing, s.job, lambda msg: (lowered.append(msg), log(msg)))
     for name, model in s.compiled.items():
         model.add_buckets(forward_packages(s.writer.root, added, name))
     s.buckets += added
     return None if lowered else "every width the plan calls is compiled already"
 
 
-def phases_pass(s: CompileState, note: Note) -> None:
-    s.buckets += lower_phases(s.writer, s.loaded, s.shape, s.job, note)
+def phases_pass(s: CompileState, log: Log) -> None:
+    s.buckets += lower_phases(s.writer, s.loaded, s.shape, s.job, log)
 
 
-def frozen_phase_pass(s: CompileState, note: Note) -> None:
+def frozen_phase_pass(s: CompileState, log: Log) -> None:
     """The plan's draft phase, and the depth predictor's where it is used, as packages (O2)."""
     policy = list(s.adaptive.shapes) if s.adaptive and s.adaptive.used else []
-    s.buckets += lower_frozen_draft_phases(s.writer.root, s.loaded, [s.shape, *policy], s.job, note)
+    s.buckets += lower_frozen_draft_phases(s.writer.root, s.loaded, [s.shape, *policy], s.job, log)
 
 
-def profile_pass(s: CompileState, note: Note) -> str:
+def profile_pass(s: CompileState, log: Log) -> str:
     """Profile every stage, again while other programs take CPU time (passes/contention.py)."""
     s.decoder = compiled_decoder(s.writer.root, s.loaded, s.compiled, s.buckets, s.shape, s.job)
     timed = {**s.compiled, "drafter": HeadSteps(s.compiled["drafter"])} if s.head else s.compiled
@@ -300,28 +300,28 @@ def profile_pass(s: CompileState, note: Note) -> str:
         reuse = s.cal.forward if s.cal else None
         if reuse and not first:
             reuse = {name: entry for name, entry in reuse.items() if not widths.get(name)}
-        return profile_models(timed, widths, s.loaded["verifier"].layout, s.shape, s.job.profile_repeats, note,
+        return profile_models(timed, widths, s.loaded["verifier"].layout, s.shape, s.job.profile_repeats, log,
                               s.decoder, reuse)
 
-    s.profile = measure_until_quiet(measure, note)
+    s.profile = measure_until_quiet(measure, log)
     if "contention" in s.profile:
         s.log(f"yggc compile: warning: {contention_line(s.profile['contention'])}")
     s.writer.write_json("profile.json", s.profile)
     return f"profiled {s.shape}: stages and phases"
 
 
-def decode_check_pass(s: CompileState, note: Note) -> None:
-    s.plan = decode_checked(s.plan, s.profile, s.decoder, s.loaded, s.compiled, s.job, note)
+def decode_check_pass(s: CompileState, log: Log) -> None:
+    s.plan = decode_checked(s.plan, s.profile, s.decoder, s.loaded, s.compiled, s.job, log)
 
 
-def stage_plan_pass(s: CompileState, note: Note) -> str:
+def stage_plan_pass(s: CompileState, log: Log) -> str:
     schedule = plan_record(s.shape, s.profile, s.cal.candidates if s.cal else None)
     s.plan = replace(s.plan or BundlePlan(s.shape), schedule=schedule)
     return (f"priced the stage plans: {schedule.executed.variant} ({schedule.executed.iteration_ms:.2f} ms per "
             "iteration)")
 
 
-def write_pass(s: CompileState, note: Note) -> str:
+def write_pass(s: CompileState, log: Log) -> str:
     job = s.job
     s.writer.write_json("plan.json", replace(s.plan, adaptive=s.adaptive).to_json())
     dtype = loading.dtype_label(job.dtype)
@@ -344,7 +344,7 @@ def calibrated(job: CompileJob) -> bool:
 class CompilePass:
     """One pass: its function, the state it needs and what it writes (beside those, the calibration's record
     `cal` and the predictor's `adaptive` are read where a calibrated job wrote them), and which jobs run it."""
-    run: Callable[[CompileState, Note], str | None]  # returns its closing line, or None when its notes said it all
+    run: Callable[[CompileState, Log], str | None]  # returns its closing line, or None when its log lines said it all
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     runs_for: Callable[[CompileJob], bool] = lambda job: True
@@ -375,14 +375,14 @@ def compile_bundle(job: CompileJob, log=print) -> Path:
         state = CompileState(job, log, stack, shape=job.shape)
         bar = stack.enter_context(tqdm(total=len(passes), desc="yggc compile", unit="pass", disable=None))
         for n, compile_pass in enumerate(passes, 1):
-            def note(msg: str, n: int = n) -> None:
+            def pass_log(msg: str, n: int = n) -> None:
                 bar.set_postfix_str(msg)
-                if bar.disable:  # not a terminal (a log file, CI): one line per note instead of a bar
+                if bar.disable:  # not a terminal (a log file, CI): one line per message instead of a bar
                     log(f"yggc compile: [{n}/{len(passes)}] {msg} ({time.perf_counter() - state.started:.0f} s)")
 
-            closing = compile_pass.run(state, note)
+            closing = compile_pass.run(state, pass_log)
             if closing is not None:
-                note(closing)
+                pass_log(closing)
             bar.update(1)
     cached = state.packages.hits if state.packages else 0
     log(f"yggc: wrote {job.out} in {time.perf_counter() - state.started:.1f} s"

@@ -156,7 +156,7 @@ def phase_profile(decoder: SpeculativeDecoder, repeats: int, drafter=None) -> di
 
 
 def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLayout, repeats: int = 20,
-                    progress=None, measured: dict[str, dict] | None = None) -> dict[str, dict]:
+                    log=None, measured: dict[str, dict] | None = None) -> dict[str, dict]:
     """Per model: measured ms of every bucket width and the roofline curve fitted to them. Widths
     already in `measured` (an earlier profile_forward result) are taken from it, not timed again."""
     out = {}
@@ -169,8 +169,8 @@ def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLay
         calls = {w: bucket_call(model, w, layout, profile_context(layout))
                  for w in timed_widths(model, widths[name]) if w not in points}
         points = dict(sorted({**points, **steady_ms_each(calls, repeats)}.items()))  # widths in turn: drift hits all
-        for w in calls if progress else ():  # one step per timed width, as the compile's bar counts them
-            progress(f"profile {name} W={w}: {points[w]:.3f} ms")
+        for w in calls if log else ():  # one step per timed width, as the compile's bar counts them
+            log(f"profile {name} W={w}: {points[w]:.3f} ms")
         curve = fit_cost_curve(points, *expert_counts(model.cfg))
         out[name] = {"bucket_ms": {str(w): t for w, t in points.items()}, "cost_curve": curve.to_dict()}
     return out
@@ -192,11 +192,11 @@ def context_cost(model, bucket_ms: dict[str, float], layout: CacheLayout, repeat
 
 
 def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
-                   repeats: int = 20, progress=None, decoder: SpeculativeDecoder | None = None,
+                   repeats: int = 20, log=None, decoder: SpeculativeDecoder | None = None,
                    measured: dict[str, dict] | None = None) -> dict:
     context = profile_context(layout)
     out = {"schema": PROFILE_SCHEMA, "context": context,
-           "models": profile_forward(models, widths, layout, repeats, progress, measured)}
+           "models": profile_forward(models, widths, layout, repeats, log, measured)}
     if "verifier" in out["models"]:
         out["context_ms"] = context_cost(models["verifier"], out["models"]["verifier"]["bucket_ms"], layout, repeats)
     out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])

@@ -23,16 +23,16 @@ class FakeWatch:
 
 
 def test_a_disturbed_profile_is_taken_again_and_reuses_nothing():
-    firsts, notes = [], []
-    profile = measure_until_quiet(lambda first: firsts.append(first) or {"ms": len(firsts)}, notes.append,
+    firsts, logged = [], []
+    profile = measure_until_quiet(lambda first: firsts.append(first) or {"ms": len(firsts)}, logged.append,
                                   watch=FakeWatch([1.0, 0.05]))
-    assert profile == {"ms": 2} and firsts == [True, False] and len(notes) == 1 and "measuring again" in notes[0]
+    assert profile == {"ms": 2} and firsts == [True, False] and len(logged) == 1 and "measuring again" in logged[0]
 
 
 def test_a_profile_disturbed_every_time_ships_with_its_record():
-    notes = []
-    profile = measure_until_quiet(lambda first: {"ms": 1}, notes.append, tries=3, watch=FakeWatch([1.0, 0.9, 1.2]))
-    assert profile["contention"] == {"other_cores": 1.2, "tries": 3} and len(notes) == 2
+    logged = []
+    profile = measure_until_quiet(lambda first: {"ms": 1}, logged.append, tries=3, watch=FakeWatch([1.0, 0.9, 1.2]))
+    assert profile["contention"] == {"other_cores": 1.2, "tries": 3} and len(logged) == 2
     warnings = plan_warnings(profile, None)
     assert len(warnings) == 1 and "1.2 cores" in warnings[0] and "compile again" in warnings[0]
 

@@ -34,29 +34,29 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     best = ShapeEstimate(TreeShape(2, 2, 3), tokens_per_iter=1.55, iteration_ms=15.0, ms_per_token=9.7, speedup=1.18)
     plan = BundlePlan(best.shape, "calibration", best, best, (best,))
     profile = {"phase_ms": {"draft": 1.3, "verify": 14.52}, "models": {"verifier": {"bucket_ms": {"1": 10.43}}}}
-    steps = []
-    slow = checked_plan(plan, profile, DecodeCheck(11.05, 8.37, 0.7575, 96), steps.append)
+    logged = []
+    slow = checked_plan(plan, profile, DecodeCheck(11.05, 8.37, 0.7575, 96), logged.append)
     assert slow.measured.speedup == round(1.55 * 10.43 / (1.3 + 14.52), 4) > 1.0  # the phases alone say on
     assert not slow.speculate and slow.decoded.speedup == 0.7575
-    assert steps[0] == "the tree decoded at 0.76x the verifier alone: the bundle decodes without speculation"
-    assert steps[1] == slow.estimate_off and "estimated at 1.18x and decoded at 0.76x" in steps[1]
-    fast = checked_plan(plan, profile, DecodeCheck(7.0, 8.4, 1.2, 96), steps.append)
-    assert fast.speculate and len(steps) == 2 and fast.estimate_off is None  # 1.18 against 1.2: within 15%
-    within_noise = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), steps.append)
+    assert logged[0] == "the tree decoded at 0.76x the verifier alone: the bundle decodes without speculation"
+    assert logged[1] == slow.estimate_off and "estimated at 1.18x and decoded at 0.76x" in logged[1]
+    fast = checked_plan(plan, profile, DecodeCheck(7.0, 8.4, 1.2, 96), logged.append)
+    assert fast.speculate and len(logged) == 2 and fast.estimate_off is None  # 1.18 against 1.2: within 15%
+    within_noise = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), logged.append)
     assert not within_noise.speculate and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
     same_minutes = checked_plan(plan, {**profile, "phase_calls_ms": {"verifier": {"1": 11.0, "4": 14.0}}},
-                                DecodeCheck(7.0, 8.4, 1.2, 96), steps.append)
+                                DecodeCheck(7.0, 8.4, 1.2, 96), logged.append)
     assert same_minutes.measured == replace(fast.measured, verifier_step_ms=11.0,  # the step timed with the phases
                                             speedup=round(1.55 * 11.0 / (1.3 + 14.52), 4))
     assert plan == BundlePlan(best.shape, "calibration", best, best, (best,))  # a new plan; the given one is kept
     # with the greedy default's decode (suffix branches) the verdict follows it; the estimate is the tree's own
     branched = DecodeCheck(6.4, 8.37, 1.31, 96)
-    saved = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), steps.append, branched)
+    saved = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), logged.append, branched)
     assert saved.speculate and saved.decoded_with_suffix.speedup == 1.31 and saved.estimate_off is not None
-    lost = checked_plan(plan, profile, DecodeCheck(7.0, 8.4, 1.2, 96), steps.append, DecodeCheck(8.4, 8.4, 1.0, 96))
-    assert not lost.speculate and steps[-1] == ("the tree with suffix branches decoded at 1.00x the verifier alone: "
-                                                "the bundle decodes without speculation")
+    lost = checked_plan(plan, profile, DecodeCheck(7.0, 8.4, 1.2, 96), logged.append, DecodeCheck(8.4, 8.4, 1.0, 96))
+    assert not lost.speculate and logged[-1] == ("the tree with suffix branches decoded at 1.00x the verifier alone: "
+                                                 "the bundle decodes without speculation")
 
 
 def test_checked_sampling_plan_follows_its_decode():
@@ -70,13 +70,13 @@ def test_checked_sampling_plan_follows_its_decode():
 
     best = ShapeEstimate(TreeShape(1, 4, 3), tokens_per_iter=1.4, iteration_ms=12.0, ms_per_token=8.6, speedup=1.02)
     sampling = SamplingPlan(best.shape, best, best, (best,), temperature=1.0, host_ms_per_step={4: 0.3})
-    steps = []
-    slow = checked_sampling_plan(sampling, DecodeCheck(13.97, 10.13, 0.7251, 96), steps.append)
+    logged = []
+    slow = checked_sampling_plan(sampling, DecodeCheck(13.97, 10.13, 0.7251, 96), logged.append)
     assert not slow.speculate and slow.decoded.speedup == 0.7251 and sampling.speculate
-    assert steps == ["the sampling tree decoded at 0.73x the verifier alone: requests at T > 0 decode without "
-                     "speculation"]
+    assert logged == ["the sampling tree decoded at 0.73x the verifier alone: requests at T > 0 decode without "
+                      "speculation"]
     assert checked_sampling_plan(replace(sampling, speculate=False), DecodeCheck(9.0, 9.9, 1.1, 96),
-                                 steps.append).speculate
+                                 logged.append).speculate
 
 
 def test_decode_check_times_both_decoders_on_the_same_windows():

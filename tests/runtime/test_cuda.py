@@ -88,7 +88,7 @@ def test_a_cuda_compile_test_loads_one_package_in_a_child_before_loading_any_in_
 
     load_on_cpu = pipeline.load_checked_pair
     monkeypatch.setattr(pipeline, "load_checked_pair", lambda job: load_on_cpu(dataclasses.replace(job, device="cpu")))
-    monkeypatch.setattr(pipeline, "lower_forward_buckets", lambda w, loaded, widths, job, step: [
+    monkeypatch.setattr(pipeline, "lower_forward_buckets", lambda w, loaded, widths, job, log: [
         {"name": "verifier_w1", "model": "verifier", "kind": "forward", "width": 1, "file": "artifacts/verifier_w1.pt2"}])
     probed = []
 
