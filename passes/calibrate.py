@@ -1,4 +1,5 @@
-"""Calibrate pass: greedy decoding on the user's calibration text, recording every draft tree.
+"""Calibration, for pipeline.py's calibrate pass: greedy decoding on the user's calibration text, recording every
+draft tree.
 
 For each candidate width W the pair decodes a few windows of the calibration text with the largest
 tree of that width (depth D_max, every node verified) through the already-lowered forward buckets.

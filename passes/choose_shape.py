@@ -1,4 +1,5 @@
-"""Choose-shape pass: the Equal-Growth Tree (D, W, V) the objective ranks first.
+"""Choosing the tree shape, for pipeline.py's calibrate and decode-check passes: the Equal-Growth Tree (D, W, V)
+the objective ranks first.
 
 Tokens per iteration come from the calibration trees, latencies from the profiled cost curves of
 the forward buckets (yggc/plan/objective.py); the plan keeps the best few candidates for `yggc inspect`.

@@ -1,4 +1,5 @@
-"""Decode-check pass: the chosen tree against the compiled verifier alone, decoding real text end to end.
+"""The decode check, for pipeline.py's decode-check pass: the chosen tree against the compiled verifier alone,
+decoding real text end to end.
 
 The phase profile prices one draft and one verify call at a fixed context; a decode loop also pays the
 host's work between calls (acceptance, KV compaction, Python) and sees the contexts a request has. On a

@@ -1,4 +1,5 @@
-"""Lower pass: the models' forwards (and, at O1, the fused draft/verify phases) as AOTInductor packages.
+"""Lowering, for pipeline.py's lower and phase passes: the models' forwards (and, at O1, the fused draft/verify
+phases) as AOTInductor packages.
 
 torch.export captures the graph's forward; Inductor compiles it to C++ (CPU) or Triton (CUDA) kernels.
 The cache view length S is always dynamic. How buckets map onto packages depends on the level:

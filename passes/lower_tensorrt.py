@@ -1,4 +1,4 @@
-"""Lower pass, TensorRT backend: one torch-tensorrt engine package per (model, width) forward bucket.
+"""Lowering with the TensorRT backend: one torch-tensorrt engine package per (model, width) forward bucket.
 
 The graph is exported with its KV caches as inputs (yggc/artifacts/tensorrt_buckets.py), compiled with
 `torch_tensorrt.dynamo.compile` for the cache-view range [2, max_seq], and saved in the AOTInductor

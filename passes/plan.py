@@ -1,4 +1,5 @@
-"""Plan pass: grid search over stage-plan variants x tree shapes x resource assignments (yggdrasil.txt 5.2).
+"""Stage plans, for pipeline.py's stage-plan pass: grid search over stage-plan variants x tree shapes x resource
+assignments (yggdrasil.txt 5.2).
 
 Each candidate is priced by list-scheduling its unrolled stage DAG with the profiled stage costs
 (yggc/plan/stages.py, schedule.py) and ranked by estimated ms per token (iteration time over the

@@ -1,4 +1,5 @@
-"""Profile pass: measured latency of every compiled bucket and of the host-side stages.
+"""Profiling, for pipeline.py's profile pass (and the calibrate pass's forward profile): measured latency of every
+compiled bucket and of the host-side stages.
 
 Writes profile.json (schema: profiles/schema.json) with a fitted roofline curve per model so the
 objective can price widths between the measured ones.

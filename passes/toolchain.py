@@ -1,4 +1,5 @@
-"""Toolchain pass: the C++ compiler Inductor builds packages with is the first one whose packages load here.
+"""The toolchain, chosen in pipeline.py's copy pass: the C++ compiler Inductor builds packages with is the first
+one whose packages load here.
 
 On an H100 image (torch 2.11.0+cu130) the environment set CXX=/opt/gcc/bin/g++, a wrapper around
 GCC 13.3. Every package it linked, even a lone Linear, died with SIGSEGV at address 0 in the loader's

@@ -1,4 +1,4 @@
-"""Train-predictor pass: the draft-depth predictor from the calibration pass's recorded trees.
+"""Training the draft-depth predictor, for pipeline.py's predictor pass: from the calibrate pass's recorded trees.
 
 Candidate shapes share the width of the best static shape (every calibration tree of that width then
 prices every candidate exactly, yggc/plan/calibration.py), one per depth, with the verify budget the

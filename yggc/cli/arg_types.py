@@ -1,4 +1,5 @@
-"""argparse value types shared by the `yggc` subcommands (each error becomes one usage line, exit 2)."""
+"""argparse value types shared by the `yggc` subcommands (each error becomes one usage line, exit 2), and the type
+of the subparsers each verb adds its parser to."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""`yggc compile`: checks the flags, then hands a CompileJob to the compile pipeline (yggc.passes)."""
+"""`yggc compile`: its flags; main checks them, then hands a CompileJob to the compile pipeline (yggc.passes)."""
 from __future__ import annotations
 
 import argparse

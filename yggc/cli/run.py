@@ -1,4 +1,5 @@
-"""`yggc run`: load a bundle or checkpoints, decode one prompt, stream text and report stats."""
+"""`yggc run`: its flags, and loading a bundle or checkpoints, decoding one prompt, streaming text and reporting
+stats."""
 from __future__ import annotations
 
 import argparse
