@@ -72,3 +72,24 @@ def test_a_head_is_kept_only_where_it_beats_the_best_so_far(tmp_path):
     assert campaign.record_run(tmp_path / "c", record, {"x": 1}, summary)  # 0.55
     assert (tmp_path / "c" / "head" / "config.json").is_file() and record["best"] == {"score": 0.55, "steps": 10}
     assert json.loads((tmp_path / "c" / "campaign.json").read_text())["runs"][1]["score"] == 0.55
+
+
+def test_sampled_answers_answer_every_training_prompt_again_at_t1_and_travel_with_the_campaign(ckpt_root, tmp_path):
+    assert shards.shard_sampling("train-t1", 0, 0) == (True, shards.SAMPLED_SEED_OFFSET)
+    assert [shards.shard_sampling("train", i, 0)[0] for i in range(3)] == [False, False, True]
+    assert {shards.shard_sampling("train-t1", i, 0)[1] for i in range(9)}.isdisjoint(
+        {shards.shard_sampling("train", i, 0)[1] for i in range(9)})  # never the training split's draws
+    target = write_checkpoint(ckpt_root / "campaign_t1_v", "llama_tied_llama3")
+    folder = tmp_path / "campaign"
+    both = train_head(target, tmp_path / "old", "--steps", "2", "--sampled-answers", "--campaign", str(folder))
+    greedy, drawn = (shards.read_samples(tmp_path / "old" / "data" / s) for s in ("train", "train-t1"))
+    assert [s.ids[:s.answer_start] for s in drawn] == [s.ids[:s.answer_start] for s in greedy]  # the same prompts
+    assert [s.ids for s in drawn] != [s.ids for s in greedy]  # answered anew
+    assert all(campaign.sampled_flag(p) == "True" for p in (tmp_path / "old" / "data" / "train-t1").glob("shard-*"))
+    assert both["train_conversations"] == len(greedy) + len(drawn)
+    assert sorted(p.name for p in (folder / "answers" / "train-t1").glob("shard-*")) == sorted(
+        p.name for p in (tmp_path / "old" / "data" / "train-t1").glob("shard-*"))
+    fresh = train_head(target, tmp_path / "new", "--steps", "2", "--sampled-answers", "--campaign", str(folder),
+                       "--init", str(folder / "head"))
+    assert [s.ids for s in shards.read_samples(tmp_path / "new" / "data" / "train-t1")] == [s.ids for s in drawn]
+    assert fresh["train_conversations"] == both["train_conversations"]

@@ -155,6 +155,9 @@ def add_eagle3_parser(jobs: Jobs) -> None:
                    help="training prompts the verifier answers (default: the data preset's); more adds shards")
     p.add_argument("--eval-prompts", type=POSITIVE, metavar="N",
                    help="prompts of each held-out split the verifier answers (default: the data preset's)")
+    p.add_argument("--sampled-answers", action="store_true",
+                   help="answer every training prompt once more, sampled at T = 1 (split train-t1), and train on "
+                        "both: the head then also learns the contexts sampled decoding makes")
     add_gen_batch_arg(p)
     p.add_argument("--train-tokens", type=POSITIVE, metavar="N",
                    help="train on the leading conversations that hold about N answer tokens, generated and reference "

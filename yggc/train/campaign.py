@@ -32,7 +32,7 @@ from .features import verifier_digest
 from .loop import log
 from .options import Eagle3Options
 from .presets import DRAFTER_PRESETS, Eagle3Preset
-from .shards import chat_tokenizer, check_data_source, encode_prompts, shard_path
+from .shards import chat_tokenizer, check_data_source, encode_prompts, shard_path, with_sampled_answers
 from .stdlib_prompts import prompt_splits
 
 RECORD = "campaign.json"
@@ -189,8 +189,8 @@ def open_campaign(options: Eagle3Options, target: Path, out: Path, preset: Eagle
     check_data_source(out / "data", options.chat_prompts, data["gen_batch"], DRAFTER_PRESETS[preset.data].gen.batch,
                       options.dtype)
     tok, chat = chat_tokenizer(target)
-    prompts = {split: encode_prompts(tok, chat, texts, data["max_prompt"])
-               for split, texts in prompt_splits(None, options.chat_prompts).items()}
+    prompts = {split: encode_prompts(tok, chat, texts, data["max_prompt"])  # the sampled split's too, where it has one
+               for split, texts in with_sampled_answers(prompt_splits(None, options.chat_prompts)).items()}
     imported = import_answers(options.campaign, out / "data", prompts, data["gen_batch"])
     state = out / ".state" / f"eagle3-{preset.name}" / "state.json"
     init = options.init

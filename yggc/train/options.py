@@ -45,6 +45,7 @@ class Eagle3Options:
     chat_prompts: Path | None
     prompts: int | None  # training prompts the verifier answers
     eval_prompts: int | None  # prompts of each held-out split the verifier answers
+    sampled_answers: bool  # also answer each training prompt sampled at T = 1 (split train-t1) and train on it
     gen_batch: int | None
     train_tokens: int | None  # train on the leading conversations holding about this many answer tokens
     draft_vocab: int | None

@@ -11,6 +11,8 @@ Shards
     the target's log-probabilities given everything before that token.
     Shard s decodes greedily unless s % SAMPLED_EVERY == SAMPLED_EVERY - 1; then it samples at
     temperature 1 with seed (seed, s), so the drafter also sees the contexts --temp 1 produces.
+    The split SAMPLED_SPLIT (``yggc train eagle3 --sampled-answers``) answers the training prompts once more,
+    every shard sampled at temperature 1 with its own seeds: a sampled answer beside each greedy one.
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from ..runtime.chat import ChatTemplate
 
 SAMPLED_EVERY = 3
+SAMPLED_SPLIT = "train-t1"  # every training prompt answered once more, sampled at T = 1
+SAMPLED_SEED_OFFSET = 50021  # its shards' seeds differ from the training split's sampled shards'
 KEYS = ("prompt_ids", "prompt_offsets", "response_ids", "response_offsets", "topk_ids", "topk_logprobs")
 
 
@@ -64,15 +68,22 @@ def answer_length(tokens: Sequence[int], eos: set[int]) -> int:
     return len(tokens)
 
 
-def generate_shard(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpec, index: int,
-                   eos: set[int]) -> dict:
-    """One batch of answers and their top-k soft labels, as the shard's tensors."""
+def shard_sampling(split: str, index: int, seed: int) -> tuple[bool, int]:
+    """Whether shard `index` of `split` samples at T = 1 (else it decodes greedily), and its torch seed."""
+    if split == SAMPLED_SPLIT:
+        return True, seed * 100003 + index + SAMPLED_SEED_OFFSET
+    return index % SAMPLED_EVERY == SAMPLED_EVERY - 1, seed * 100003 + index
+
+
+def generate_shard(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpec, sampled: bool,
+                   seed: int, eos: set[int]) -> dict:
+    """One batch of answers (sampled at T = 1 with `seed`, else greedy) and their top-k soft labels, as the shard's
+    tensors."""
     import torch
 
-    sampled = index % SAMPLED_EVERY == SAMPLED_EVERY - 1
     pad = min(eos)
     ids, mask = left_pad(prompts, pad)
-    torch.manual_seed(spec.seed * 100003 + index)
+    torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=spec.max_new, do_sample=sampled,
                              temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad, eos_token_id=sorted(eos),
@@ -93,13 +104,23 @@ def generate_shard(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenS
             "topk_ids": torch.cat(rows["topk_ids"]), "topk_logprobs": torch.cat(rows["topk_logprobs"])}
 
 
+def is_training_split(split: str) -> bool:
+    """Whether a data split is trained on (the greedy answers and the sampled ones) rather than held out."""
+    return split in ("train", SAMPLED_SPLIT)
+
+
+def with_sampled_answers(splits: dict[str, list[str]]) -> dict[str, list[str]]:
+    """`splits` and SAMPLED_SPLIT: the training prompts once more, to be answered sampled at T = 1."""
+    return {**splits, SAMPLED_SPLIT: splits["train"]}
+
+
 def shard_path(data_dir: Path, index: int) -> Path:
     """The file of shard `index`."""
     return data_dir / f"shard-{index:05d}.safetensors"
 
 
 def write_shards(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpec, data_dir: Path, eos: set[int],
-                 label: str) -> None:
+                 split: str) -> None:
     """Generate every missing shard of `prompts` (spec.batch per shard) into data_dir."""
     from safetensors.torch import save_file
 
@@ -108,16 +129,17 @@ def write_shards(model: LlamaForCausalLM, prompts: list[list[int]], spec: GenSpe
     todo = [s for s in range(n_shards) if not shard_path(data_dir, s).is_file()]
     if not todo:
         return
-    bar = progress(f"generate {label}", n_shards, n_shards - len(todo), unit="shard")
+    bar = progress(f"generate {split}", n_shards, n_shards - len(todo), unit="shard")
     t0, tokens = time.perf_counter(), 0
     for s in todo:
-        wait_while_paused(f"generate {label}", lambda: None)  # finished shards are on disk already
+        wait_while_paused(f"generate {split}", lambda: None)  # finished shards are on disk already
         batch = prompts[s * spec.batch:(s + 1) * spec.batch]
-        tensors = generate_shard(model, batch, spec, s, eos)
+        sampled, seed = shard_sampling(split, s, spec.seed)
+        tensors = generate_shard(model, batch, spec, sampled, seed, eos)
         tokens += len(tensors["response_ids"])
         bar.set_postfix_str(f"{tokens / (time.perf_counter() - t0):.0f} answer tok/s")
         tmp = shard_path(data_dir, s).with_suffix(".tmp")
-        save_file(tensors, str(tmp), metadata={"sampled": str(s % SAMPLED_EVERY == SAMPLED_EVERY - 1)})
+        save_file(tensors, str(tmp), metadata={"sampled": str(sampled)})
         tmp.rename(shard_path(data_dir, s))
         bar.update(1)
     bar.close()
@@ -211,5 +233,5 @@ def answer_prompts(target: LlamaForCausalLM, folder: Path, data_dir: Path, count
     tok, chat = chat_tokenizer(folder)
     eos = stop_tokens(target, tok, chat)
     for split, texts in splits.items():
-        ids = encode_prompts(tok, chat, texts, gen.max_prompt)[:counts[split != "train"]]
+        ids = encode_prompts(tok, chat, texts, gen.max_prompt)[:counts[not is_training_split(split)]]
         write_shards(target, ids, gen, data_dir / split, eos, split)
