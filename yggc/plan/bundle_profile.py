@@ -93,8 +93,12 @@ class Profile:
         except ValueError as e:
             raise YggcError(f"{path} is not valid JSON ({e}); re-run `yggc compile`") from None
 
+    def to_json(self) -> dict[str, Any]:
+        """The file's object (what `yggc inspect --json` prints)."""
+        return self.raw
+
     def save(self, writer: JsonWriter) -> None:
-        writer.write_json(FILE, self.raw)
+        writer.write_json(FILE, self.to_json())
 
     @classmethod
     def measured(cls, context: int, models: dict[str, ModelTimes], host_ms: dict[str, float],
