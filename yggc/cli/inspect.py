@@ -172,7 +172,8 @@ def inspect_command(args: argparse.Namespace) -> int:
     root = Path(args.bundle)
     profile, plan = Profile.load(root), read_plan(root)
     if args.json:
-        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile.to_json(), "plan": plan.to_json()}, indent=2))
+        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile.to_json(), "plan": plan.to_json()},
+                         indent=2))
         return 0
     m = manifest
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
