@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ..errors import YggcError
 from ..plan.bundle_plan import BundlePlan, DecodeCheck, MeasuredSpeedup, SamplingPlan
+from ..plan.bundle_profile import Profile
 from ..plan.calibration import TreeSample, tokens_per_iteration
 from ..plan.objective import SamplingCosts, ShapeScore, StageCosts, measured_speedup, rank_shapes
 from ..plan.shape import TreeShape
@@ -61,15 +62,15 @@ def sampling_plan(samples: list[TreeSample], record: dict, costs: StageCosts, sp
                         tuple(record["rank_acceptance"]))  # what its sampled trees price each draw at
 
 
-def checked_plan(plan: BundlePlan, profile: dict, decoded: DecodeCheck, log,
+def checked_plan(plan: BundlePlan, profile: Profile, decoded: DecodeCheck, log,
                  with_suffix: DecodeCheck | None = None) -> BundlePlan:
     """The calibrated plan with its measured speedups: from the profiled phases (the objective's terms, measured)
     and from decoding calibration text end to end (decode_check): `decoded` the tree the objective priced, which its
     estimate is checked against; `with_suffix` the same tree with the text's suffix branches, what greedy requests
     decode by default. Speculation is switched off unless the decode of the default (with_suffix where given)
     measured it faster than the compiled verifier alone (`yggc run --depth ...` still forces it)."""
-    phases, profiled_step = profile["phase_ms"], profile["models"]["verifier"]["bucket_ms"]["1"]
-    step_ms = call_beside_phases(profile.get("phase_calls_ms"), "verifier", 1, profiled_step)
+    phases, profiled_step = profile.phase_ms, profile.models["verifier"].bucket_ms[1]
+    step_ms = call_beside_phases(profile.phase_calls_ms, "verifier", 1, profiled_step)
     iteration_ms = phases["draft"] + phases["verify"]
     speedup = measured_speedup(plan.objective.tokens_per_iter, step_ms, iteration_ms)
     measured = MeasuredSpeedup(round(iteration_ms, 4), round(step_ms, 4), round(speedup, 4))

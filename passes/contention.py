@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..artifacts.cpu_use import CpuUse, CpuWatch
+from ..plan.bundle_profile import Profile
 
 TRIES = 3  # measurements taken while other programs keep taking CPU time, before the result ships with a warning
 
@@ -26,11 +27,11 @@ def contention_line(record: dict) -> str:
             "compile again when the machine is quiet (its packages come from the package cache)")
 
 
-def measure_until_quiet(measure: Callable[[bool], dict], log: Callable[[str], None], tries: int = TRIES,
-                        watch: Callable[[], CpuWatch] | None = None) -> dict:
+def measure_until_quiet(measure: Callable[[bool], Profile], log: Callable[[str], None], tries: int = TRIES,
+                        watch: Callable[[], CpuWatch] | None = None) -> Profile:
     """measure(first) -> a profile, taken again while other programs took CPU time meanwhile (first=False:
     measure everything anew, reusing nothing timed before), at most `tries` times; a profile still disturbed
-    keeps its contention_record under "contention"."""
+    keeps its contention_record (Profile.contention)."""
     watch = watch or CpuWatch
     for n in range(1, tries + 1):
         w = watch()
@@ -40,4 +41,4 @@ def measure_until_quiet(measure: Callable[[bool], dict], log: Callable[[str], No
             return profile
         if n < tries:
             log(f"other programs took {contended['other_cores']:.1f} cores while profiling: measuring again")
-    return {**profile, "contention": contended}
+    return profile.with_contention(contended)

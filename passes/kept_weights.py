@@ -18,6 +18,7 @@ from ..graphs.eagle3_checkpoint import (
 )
 from ..graphs.packed_table import PackedEmbedding, pack_table
 from . import tied_head
+from .compile_state import LoadedPair
 from .write_bundle import BundleWriter
 
 
@@ -28,22 +29,22 @@ def stores_weights(name: str, opt: OptLevel, widths: dict[str, list[int]]) -> bo
     return not (opt == OptLevel.O2 and widths[name])
 
 
-def keep_head_fusion(w: BundleWriter, loaded: dict) -> None:
+def keep_head_fusion(w: BundleWriter, loaded: LoadedPair) -> None:
     """The head's fc (which fuses the verifier's features eagerly, before each package call) and its draft
     vocabulary; the package holds the head's layer, norm and LM head."""
-    save_fusion(loaded["drafter"].graph, w.root / "drafter")
+    save_fusion(loaded.drafter.graph, w.root / "drafter")
 
 
-def keep_head_embedding(w: BundleWriter, loaded: dict, dtype: torch.dtype, device: str, opt: str) -> None:
+def keep_head_embedding(w: BundleWriter, loaded: LoadedPair, dtype: torch.dtype, device: str, opt: str) -> None:
     """The head gathers its input rows from the verifier's token embedding, which an O2 verifier package holds
     only for its own use: the bundle keeps that one tensor (in the bundle's dtype) instead of the checkpoint.
     Where the verifier's package would hold its tied table in packed_table's blocks (passes/tied_head.py), the
     bundle keeps those blocks instead, the package takes them as an input, and the head (here and at load) is
     bound to them: one copy of the table in the bundle and in memory."""
-    embed = read_embedding(loaded["verifier"].path).to(dtype)
-    if not tied_head.applies(loaded["verifier"].graph, device, opt):
+    embed = read_embedding(loaded.verifier.path).to(dtype)
+    if not tied_head.applies(loaded.verifier.graph, device, opt):
         save_embedding(embed, w.root / "verifier")
         return
     head_embed = PackedEmbedding(pack_table(embed, tied_head.table_columns()))
     save_packed_embedding(head_embed.packed, embedding_fingerprint(embed), w.root / "verifier")
-    loaded["drafter"].graph.embed = head_embed
+    loaded.drafter.graph.embed = head_embed

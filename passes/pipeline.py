@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -24,7 +23,7 @@ from ..bundle.machine import device_kind
 from ..bundle.manifest import OptLevel
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, BundlePlan
-from ..plan.cost_model import iteration_cost
+from ..plan.bundle_profile import Profile, iteration_cost
 from ..plan.objective import StageCosts
 from ..plan.shape import TreeShape
 from ..runtime import loading
@@ -43,13 +42,14 @@ from ..runtime.tp_processes import verifier_loader
 from . import package_cache, quant_linear
 from .calibrate import calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
+from .compile_state import FIELD, Calibrated, CompilePass, CompileState, LoadedPair, Log
 from .contention import contention_line, measure_until_quiet
 from .decode_check import check_prompts, decode_check
+from .drafter_lowering import lowering_of, lowering_of_folder
 from .job import CompileJob
-from .kept_weights import keep_head_embedding, keep_head_fusion, stores_weights
+from .kept_weights import stores_weights
 from .load_probe import probe_load
 from .lower_buckets import (
-    HEAD_PROBE_WIDTHS,
     bucket_widths,
     compiled_decoder,
     forward_packages,
@@ -60,7 +60,14 @@ from .lower_buckets import (
     package_width,
 )
 from .plan import plan_record
-from .profile import HeadSteps, drafter_steps, host_stage_ms, phase_profile, profile_forward, profile_models
+from .profile import (
+    drafter_steps,
+    host_stage_ms,
+    phase_profile,
+    profile_context,
+    profile_forward,
+    profile_models,
+)
 from .tensor_parallel_bundle import bundle_writer, every_rank
 from .toolchain import building_with, configured_compiler, loadable_compiler
 from .train_predictor import train_policy
@@ -74,50 +81,40 @@ __all__ = ["CompileJob", "compile_bundle", "PASSES"]
 GLUE_PROBE = TreeShape(2, 2, 3)
 
 
-@dataclass(frozen=True)
-class Calibrated:
-    shape: TreeShape
-    plan: BundlePlan
-    record: dict                          # calibration.json
-    forward: dict                         # the forward profile, reused by the final profile
-    candidates: dict[TreeShape, float]    # tokens per iteration of every priced shape
-    samples: list                         # the calibration trees (TreeSample)
-    costs: StageCosts                     # the cost curves the shapes were ranked with
-
-
-def calibrated_shape(loaded: dict, compiled: dict[str, CompiledModel], job: CompileJob, log) -> Calibrated:
+def calibrated_shape(loaded: LoadedPair, compiled: dict[str, CompiledModel], job: CompileJob, log) -> Calibrated:
     """Profile the forward buckets, decode the calibration text, rank shapes."""
-    spec, layout = job.calib, loaded["verifier"].layout
-    if loaded["verifier"].tokenizer is None:
+    spec, layout = job.calib, loaded.verifier.layout
+    if loaded.verifier.tokenizer is None:
         raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
     widths = {name: sorted(m.runners) for name, m in compiled.items()}
-    timed = dict(compiled)
-    if kind_of(compiled["drafter"]).head:  # its steps at each width, through its O2 package if it has one
-        timed["drafter"], widths["drafter"] = HeadSteps(compiled["drafter"]), list(HEAD_PROBE_WIDTHS)
+    lowering = lowering_of(compiled["drafter"])  # an EAGLE-3 head's steps through its O2 package if it has one
+    timed = {**compiled, "drafter": lowering.profiled_drafter(compiled["drafter"])}
+    if lowering.probe_widths:  # a drafter without forward buckets: its steps at these widths
+        widths["drafter"] = list(lowering.probe_widths)
     forward = profile_forward(timed, widths, layout, job.profile_repeats)
     log("profiled the forward buckets")
-    samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded["verifier"].tokenizer,
+    samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded.verifier.tokenizer,
                                 spec, log)
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
     largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
-    host = host_stage_ms(largest, loaded["verifier"].graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
-    measured = {"models": forward, "host_ms": host}
+    host = host_stage_ms(largest, loaded.verifier.graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
+    phases = None
     if job.opt == OptLevel.O2:  # time a small shape's phases whole for the host glue, drafting as the runtime will
         probe = GLUE_PROBE if spec.max_depth >= GLUE_PROBE.depth else TreeShape(1, 2, 2)
         with tempfile.TemporaryDirectory(prefix="yggc-probe-") as scratch:  # the package cache keeps the phase
-            phases = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, log)
-            decoder = compiled_decoder(Path(scratch), loaded, compiled, phases, probe, job)
-            measured.update(phase_profile(decoder, job.profile_repeats, drafter_steps(timed, widths)))
-        how = "through a draft phase package" if phases else "eagerly"
+            packages = lower_frozen_draft_phases(Path(scratch), loaded, [probe], job, log)
+            decoder = compiled_decoder(Path(scratch), loaded, compiled, packages, probe, job)
+            phases = phase_profile(decoder, job.profile_repeats, drafter_steps(timed, widths))
+        how = "through a draft phase package" if packages else "eagerly"
         log(f"timed the phases at {probe} for the host glue, drafting {how}")
-    costs = StageCosts.from_profile(measured)
+    costs = StageCosts.from_profile(Profile.measured(profile_context(layout), forward, host, phases=phases))
     record["glue_ms"] = [round(ms, 4) for ms in costs.glue_ms]  # per drafter call, per verify phase
     shape, plan = choose_shape(candidates, costs)
     log(f"chose {shape} "
         f"(estimated {plan.objective.speedup:.2f}x)")
     if spec.temperature > 0:  # a second plan, for sampling at that temperature
         sampled, record["sampling"] = calibrate(compiled["verifier"], compiled["drafter"], layout,
-                                                loaded["verifier"].tokenizer, spec, log, sampled=True)
+                                                loaded.verifier.tokenizer, spec, log, sampled=True)
         plan = replace(plan, sampling=sampling_plan(sampled, record["sampling"], costs, spec))
         best = plan.sampling.shape
         log(f"chose {best} for T={spec.temperature:g} "
@@ -141,27 +138,26 @@ def depth_predictor(w: BundleWriter, cal: Calibrated, job: CompileJob, log) -> A
     return record
 
 
-def load_checked_pair(job: CompileJob) -> dict[str, loading.LoadedModel]:
+def load_checked_pair(job: CompileJob) -> LoadedPair:
     """The drafter kind's target check (an EAGLE-3 head compiles with the Inductor backend on a CPU), the pair
     check, then both models."""
-    kind = kind_of_folder(job.drafter_dir)
-    kind.check_target(job.drafter_dir, job.device, job.backend)
+    lowering_of_folder(job.drafter_dir).check_target(job.drafter_dir, job.device, job.backend)
     check_drafter(job.verifier_dir, job.drafter_dir)
     verifier = verifier_loader(job.tp)(job.verifier_dir, job.dtype, job.max_seq, job.device)  # a TP rank's slice
     if job.weights:  # a block format, or the checkpoint's own
         quant_linear.load_blocks(verifier.graph, job.verifier_dir, job.weights)
     drafter = load_drafter(job.drafter_dir, verifier, job.dtype, job.device)
-    kind.fuse_in_verifier(verifier, drafter, job.opt)
-    return {"verifier": verifier, "drafter": drafter}
+    kind_of_folder(job.drafter_dir).fuse_in_verifier(verifier, drafter, job.opt)
+    return LoadedPair(verifier, drafter)
 
 
-def decode_checked(plan: BundlePlan, profile: dict, decoder: SpeculativeDecoder, loaded: dict,
+def decode_checked(plan: BundlePlan, profile: Profile, decoder: SpeculativeDecoder, loaded: LoadedPair,
                    compiled: dict[str, CompiledModel], job: CompileJob, log) -> BundlePlan:
     """The plan after the decode checks (passes/decode_check.py): the greedy tree's alone (what the estimate is
     checked against) and, on a CPU and one process, with the text's suffix branches (what greedy requests decode by
     default, so the greedy verdict follows it); then the sampling plan's at the calibrated temperature."""
-    layout = loaded["verifier"].layout
-    ar, prompts = AutoregressiveDecoder(compiled["verifier"], layout), check_prompts(loaded["verifier"].tokenizer, job.calib)
+    layout = loaded.verifier.layout
+    ar, prompts = AutoregressiveDecoder(compiled["verifier"], layout), check_prompts(loaded.verifier.tokenizer, job.calib)
     decoded = decode_check(decoder, ar, prompts)
     log(f"decoded calibration text: {plan.shape.depth}x{plan.shape.width}x{plan.shape.verify} at "
         f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
@@ -190,32 +186,6 @@ def package_compiler(job: CompileJob, log) -> str:
 
 
 
-Log = Callable[[str], None]  # the progress callback: one line (a pass's is shown under the pass's number)
-
-
-@dataclass
-class CompileState:
-    """What the passes hand on to each other; each CompilePass names the fields it reads and writes."""
-    job: CompileJob
-    log: Callable[[str], None]
-    stack: ExitStack  # the open bundle writer and compiler choice, closed (or cleaned up) after the last pass
-    head: bool = False  # the drafter kind's `head`: it drafts from the verifier's features (an EAGLE-3 head)
-    widths: dict[str, list[int]] = field(default_factory=dict)  # forward widths lowered before calibration
-    loaded: dict | None = None
-    writer: BundleWriter | None = None
-    cxx: str = ""
-    packages: package_cache.PackageCache | None = None  # lowered packages kept across compiles
-    buckets: list[dict] = field(default_factory=list)
-    compiled: dict[str, CompiledModel] | None = None
-    shape: TreeShape | None = None
-    plan: BundlePlan | None = None  # the calibrated plan; a fixed shape's is made by the stage-plan pass
-    cal: Calibrated | None = None
-    adaptive: AdaptivePlan | None = None
-    decoder: SpeculativeDecoder | None = None
-    profile: dict | None = None
-    started: float = field(default_factory=time.perf_counter)
-
-
 def load_pass(s: CompileState, log: Log) -> str:
     s.head = kind_of_folder(s.job.drafter_dir).head
     s.widths = bucket_widths(s.job.shape, probe=s.job.calib is not None and s.job.calib.probe, head=s.head,
@@ -230,13 +200,10 @@ def copy_pass(s: CompileState, log: Log) -> str:
     s.writer = s.stack.enter_context(bundle_writer(s.job.out, s.job.overwrite))
     s.stack.enter_context(building_with(s.cxx))
     s.packages = s.stack.enter_context(package_cache.using(package_cache.cache_root()))
-    kept = {name: stores_weights(name, s.job.opt, s.widths) for name in s.loaded}
+    kept = {name: stores_weights(name, s.job.opt, s.widths) for name, _ in s.loaded.items()}
     for name, model in s.loaded.items():
         s.writer.copy_model_dir(model.path, name, weights=kept[name])
-    if s.head and not kept["drafter"]:
-        keep_head_fusion(s.writer, s.loaded)
-    if s.head and not kept["verifier"]:
-        keep_head_embedding(s.writer, s.loaded, s.job.dtype, s.job.device, s.job.opt)
+    lowering_of(s.loaded.drafter).keep_beside_packages(s.writer, s.loaded, kept, s.job)
     return "copied the checkpoints" + ("" if all(kept.values()) else " (weights only where no package carries them)")
 
 
@@ -244,8 +211,8 @@ def lower_pass(s: CompileState, log: Log) -> None:
     job = s.job
     s.buckets = lower_forward_buckets(s.writer, s.loaded, s.widths, job, log)
     if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and s.buckets:
-        probe_load(s.writer.root / s.buckets[0]["file"], "cuda")  # a loader crash is one line, not a dead compile
-    width, drafter = package_width(job) if job.opt == OptLevel.O2 else 0, s.loaded["drafter"].graph
+        probe_load(s.writer.root / s.buckets[0].file, "cuda")  # a loader crash is one line, not a dead compile
+    width, drafter = package_width(job) if job.opt == OptLevel.O2 else 0, s.loaded.drafter.graph
     s.compiled = {name: compiled_model(name, m.graph, forward_packages(s.writer.root, s.buckets, name), drafter,
                                        job.opt, job.backend, width)
                   for name, m in s.loaded.items()}
@@ -290,23 +257,23 @@ def frozen_phase_pass(s: CompileState, log: Log) -> None:
 def profile_pass(s: CompileState, log: Log) -> str:
     """Profile every stage, again while other programs take CPU time (passes/contention.py)."""
     s.decoder = compiled_decoder(s.writer.root, s.loaded, s.compiled, s.buckets, s.shape, s.job)
-    timed = {**s.compiled, "drafter": HeadSteps(s.compiled["drafter"])} if s.head else s.compiled
+    timed = {**s.compiled, "drafter": lowering_of(s.compiled["drafter"]).profiled_drafter(s.compiled["drafter"])}
 
     widths = lowered_widths(s.buckets)
 
-    def measure(first: bool) -> dict:
+    def measure(first: bool) -> Profile:
         """The widths timed before calibration are reused on the first try; a retry times every bucket again and
         keeps only what it cannot time itself (an EAGLE-3 head's eager steps, which have no bucket)."""
         reuse = s.cal.forward if s.cal else None
         if reuse and not first:
             reuse = {name: entry for name, entry in reuse.items() if not widths.get(name)}
-        return profile_models(timed, widths, s.loaded["verifier"].layout, s.shape, s.job.profile_repeats, log,
+        return profile_models(timed, widths, s.loaded.verifier.layout, s.shape, s.job.profile_repeats, log,
                               s.decoder, reuse)
 
     s.profile = measure_until_quiet(measure, log)
-    if "contention" in s.profile:
-        s.log(f"yggc compile: warning: {contention_line(s.profile['contention'])}")
-    s.writer.write_json("profile.json", s.profile)
+    if s.profile.contention:
+        s.log(f"yggc compile: warning: {contention_line(s.profile.contention)}")
+    s.profile.save(s.writer)
     return f"profiled {s.shape}: stages and phases"
 
 
@@ -326,11 +293,11 @@ def write_pass(s: CompileState, log: Log) -> str:
     s.writer.write_json("plan.json", replace(s.plan, adaptive=s.adaptive).to_json())
     dtype = loading.dtype_label(job.dtype)
     s.writer.finish({"device": job.device, "dtype": dtype, "max_seq": job.max_seq,
-                     "buckets": every_rank(s.buckets, job.tp),
+                     "buckets": [b.to_json() for b in every_rank(s.buckets, job.tp)],
                      "extra": {"opt": job.opt, "backend": job.backend,
-                               "weights": quant_linear.weights_label(s.loaded["verifier"].graph, dtype),
+                               "weights": quant_linear.weights_label(s.loaded.verifier.graph, dtype),
                                "package_width": package_width(job) if job.opt == OptLevel.O2 else 0, "tp": job.tp,
-                               "drafter": kind_of(s.loaded["drafter"]).record(s.loaded["drafter"].graph),
+                               "drafter": kind_of(s.loaded.drafter).record(s.loaded.drafter.graph),
                                "cxx": s.cxx,
                                "compile_s": round(time.perf_counter() - s.started, 1)}})
     return "wrote the bundle"
@@ -340,29 +307,20 @@ def calibrated(job: CompileJob) -> bool:
     return job.calib is not None
 
 
-@dataclass(frozen=True)
-class CompilePass:
-    """One pass: its function, the state it needs and what it writes (beside those, the calibration's record
-    `cal` and the predictor's `adaptive` are read where a calibrated job wrote them), and which jobs run it."""
-    run: Callable[[CompileState, Log], str | None]  # returns its closing line, or None when its log lines said it all
-    reads: tuple[str, ...]
-    writes: tuple[str, ...]
-    runs_for: Callable[[CompileJob], bool] = lambda job: True
-
-
+F = FIELD
 PASSES = (
-    CompilePass(load_pass, ("job",), ("head", "widths", "loaded")),
-    CompilePass(copy_pass, ("loaded", "widths"), ("writer", "cxx", "packages")),
-    CompilePass(lower_pass, ("loaded", "widths", "writer"), ("buckets", "compiled")),
-    CompilePass(calibrate_pass, ("loaded", "compiled"), ("cal", "shape", "plan"), calibrated),
-    CompilePass(predictor_pass, ("cal",), ("adaptive",), calibrated),
-    CompilePass(plan_buckets_pass, ("shape", "plan", "compiled"), ("buckets", "compiled"), calibrated),
-    CompilePass(phases_pass, ("loaded", "shape"), ("buckets",), lambda job: job.opt == OptLevel.O1),
-    CompilePass(frozen_phase_pass, ("loaded", "shape"), ("buckets",), lambda job: job.opt == OptLevel.O2),
-    CompilePass(profile_pass, ("compiled", "buckets", "shape"), ("decoder", "profile")),
-    CompilePass(decode_check_pass, ("plan", "profile", "decoder"), ("plan",), calibrated),
-    CompilePass(stage_plan_pass, ("shape", "profile"), ("plan",)),
-    CompilePass(write_pass, ("plan", "buckets"), ()),
+    CompilePass(load_pass, (F.job,), (F.head, F.widths, F.loaded)),
+    CompilePass(copy_pass, (F.loaded, F.widths), (F.writer, F.cxx, F.packages)),
+    CompilePass(lower_pass, (F.loaded, F.widths, F.writer), (F.buckets, F.compiled)),
+    CompilePass(calibrate_pass, (F.loaded, F.compiled), (F.cal, F.shape, F.plan), calibrated),
+    CompilePass(predictor_pass, (F.cal,), (F.adaptive,), calibrated),
+    CompilePass(plan_buckets_pass, (F.shape, F.plan, F.compiled), (F.buckets, F.compiled), calibrated),
+    CompilePass(phases_pass, (F.loaded, F.shape), (F.buckets,), lambda job: job.opt == OptLevel.O1),
+    CompilePass(frozen_phase_pass, (F.loaded, F.shape), (F.buckets,), lambda job: job.opt == OptLevel.O2),
+    CompilePass(profile_pass, (F.compiled, F.buckets, F.shape), (F.decoder, F.profile)),
+    CompilePass(decode_check_pass, (F.plan, F.profile, F.decoder), (F.plan,), calibrated),
+    CompilePass(stage_plan_pass, (F.shape, F.profile), (F.plan,)),
+    CompilePass(write_pass, (F.plan, F.buckets), ()),
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..plan.bundle_plan import StageEstimate, StagePlan, TimelineSlot
+from ..plan.bundle_profile import Profile
 from ..plan.schedule import Schedule, list_schedule
 from ..plan.shape import TreeShape
 from ..plan.stages import SHARED, VARIANTS, Assignment, StageCosts, iteration_dag, split_assignment
@@ -47,13 +48,10 @@ class PlanEstimate:
                              round(self.ms_per_token, 4) if per_token else None)
 
 
-def assignments(profile: dict) -> list[Assignment]:
+def assignments(profile: Profile) -> list[Assignment]:
     """Every core shared, plus the split between core groups where the profile measured it."""
-    out = [SHARED]
-    groups = profile.get("core_groups")
-    if groups:
-        out.append(split_assignment(groups["verifier_factor"], groups["drafter_factor"]))
-    return out
+    groups = profile.core_groups
+    return [SHARED] if groups is None else [SHARED, split_assignment(*groups)]
 
 
 def estimate(variant: str, assignment: Assignment, shape: TreeShape, tokens_per_iter: float,
@@ -62,7 +60,7 @@ def estimate(variant: str, assignment: Assignment, shape: TreeShape, tokens_per_
     return PlanEstimate(variant, assignment.name, shape, stages.tokens_per_iter(variant, tokens_per_iter), schedule)
 
 
-def search_plans(candidates: dict[TreeShape, float], profile: dict,
+def search_plans(candidates: dict[TreeShape, float], profile: Profile,
                  variants: tuple[str, ...] = VARIANTS) -> list[PlanEstimate]:
     """Every (variant, shape, assignment), best estimated ms per token first (ties: fewer nodes)."""
     stages = StageCosts.from_profile(profile, max(s.depth for s in candidates))
@@ -82,7 +80,7 @@ def timeline_record(plan: PlanEstimate) -> tuple[TimelineSlot, ...]:
     return tuple(TimelineSlot(s.stage, s.resource, round(s.start_ms - t0, 4), round(s.end_ms - t0, 4)) for s in slots)
 
 
-def plan_record(shape: TreeShape, profile: dict, candidates: dict[TreeShape, float] | None = None) -> StagePlan:
+def plan_record(shape: TreeShape, profile: Profile, candidates: dict[TreeShape, float] | None = None) -> StagePlan:
     """plan.json's "schedule": the executed plan for the bundle's shape, its estimate and timeline, and
     the runners-up over the calibrated shapes (without calibration: the variants of the bundle's shape,
     ranked by iteration time, as every variant of one shape accepts the same tokens)."""

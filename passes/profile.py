@@ -1,8 +1,8 @@
 """Profiling, for pipeline.py's profile pass (and the calibrate pass's forward profile): measured latency of every
 compiled bucket and of the host-side stages.
 
-Writes profile.json (schema: profiles/schema.json) with a fitted roofline curve per model so the
-objective can price widths between the measured ones.
+Measures profile.json (a Profile, yggc/plan/bundle_profile.py; schema: profiles/schema.json) with a fitted
+roofline curve per model so the objective can price widths between the measured ones.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import torch
 from ..artifacts.cache_layout import CacheLayout, causal_rows
 from ..artifacts.device import cuda_properties
 from ..artifacts.timing import median_ms, steady_ms, steady_ms_each
+from ..plan.bundle_profile import ContextTimes, ModelTimes, PhaseTimes, Profile
 from ..plan.cost_model import fit_cost_curve
 from ..plan.shape import HEAD_WIDTH, TreeShape
 from ..runtime.loading import device_scope, model_device
@@ -19,7 +20,6 @@ from ..tree.prune import prune_topk
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_greedy
 
-PROFILE_SCHEMA = "yggc-profile/1"
 # Where one package serves any width (O2), these widths are timed as well: a sparse verifier's cost follows
 # the experts its rows activate (MoESD's N(t)), and every model's GEMMs step up one row past a block of rows:
 # 16 on AMX (17, 33), 4 for the AVX2 bf16 kernel (5, 9). The cost model needs points on both sides of those bends.
@@ -119,15 +119,13 @@ def drafter_steps(models: dict, widths: dict[str, list[int]]):
     return models["drafter"] if widths.get("drafter") else None
 
 
-def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int,
-                     drafter=None) -> dict[str, dict]:
+def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int, drafter=None) -> PhaseTimes:
     """One draft phase and one greedy verify phase as the decode loop calls them (host glue included), and the model
     calls the objective prices them with, all taking turns call by call in the decode loop's order: the verifier's
     at one row and at the verify phase's width, and `drafter`'s (drafter_steps, if any) at the head step's width and
-    the tree steps'. -> {"phase_ms": {draft, verify}, "phase_calls_ms": {model: {width: ms}}}. The glue is what a
-    phase takes beyond its calls: timed in the same minutes as the phases, the calls move with the VM's memory speed
-    as the phases do (on a shared VM, by a large fraction within minutes), where calls timed minutes earlier let that drift
-    pass for glue."""
+    the tree steps', at the decoder's shape. The glue is what a phase takes beyond its calls: timed in the same
+    minutes as the phases, the calls move with the VM's memory speed as the phases do (on a shared VM, by a large
+    fraction within minutes), where calls timed minutes earlier let that drift pass for glue."""
     layout, shape, verify_width = decoder.layout, decoder.shape, decoder.shape.verify + 1
     widths = {"verifier": (1, verify_width), "drafter": (HEAD_WIDTH, shape.width) if drafter is not None else ()}
     with torch.inference_mode(), device_scope(decoder.device):  # host-built inputs go where the models are
@@ -140,24 +138,24 @@ def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int,
                              ("verifier", 1): bucket_call(decoder.verifier, 1, layout, context), **steps,
                              ("verifier", verify_width): bucket_call(decoder.verifier, verify_width, layout, context)},
                             repeats)
-    return {"phase_ms": {"draft": ms["draft"], "verify": ms["verify"]},
-            "phase_calls_ms": {name: {str(w): ms[(name, w)] for w in ws} for name, ws in widths.items() if ws}}
+    return PhaseTimes({"draft": ms["draft"], "verify": ms["verify"]},
+                      {name: {w: ms[(name, w)] for w in ws} for name, ws in widths.items() if ws},
+                      TreeShape(shape.depth, shape.width, shape.verify))
 
 
 def profile_context(layout: CacheLayout) -> int:
     return min(256, layout.max_seq // 2)
 
 
-def phase_profile(decoder: SpeculativeDecoder, repeats: int, drafter=None) -> dict:
-    """The decoder's draft and verify phases timed whole at its shape (host glue included), the calls they are priced
-    with (phase_latency_ms; `drafter`: drafter_steps) and that shape: what StageCosts.from_profile prices the glue
-    around the model calls from."""
-    return {**phase_latency_ms(decoder, profile_context(decoder.layout), repeats, drafter),
-            "phase_shape": [decoder.shape.depth, decoder.shape.width, decoder.shape.verify]}
+def phase_profile(decoder: SpeculativeDecoder, repeats: int, drafter=None) -> PhaseTimes:
+    """The decoder's draft and verify phases timed whole at its shape (host glue included) and the calls they are
+    priced with (phase_latency_ms; `drafter`: drafter_steps): what StageCosts.from_profile prices the glue around the
+    model calls from."""
+    return phase_latency_ms(decoder, profile_context(decoder.layout), repeats, drafter)
 
 
 def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLayout, repeats: int = 20,
-                    log=None, measured: dict[str, dict] | None = None) -> dict[str, dict]:
+                    log=None, measured: dict[str, ModelTimes] | None = None) -> dict[str, ModelTimes]:
     """Per model: measured ms of every bucket width and the roofline curve fitted to them. Widths
     already in `measured` (an earlier profile_forward result) are taken from it, not timed again."""
     out = {}
@@ -166,43 +164,41 @@ def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLay
             if name in (measured or {}):  # its eager steps timed before calibration
                 out[name] = measured[name]
             continue
-        points = {int(w): ms for w, ms in (measured or {}).get(name, {}).get("bucket_ms", {}).items()}
+        points = dict((measured or {})[name].bucket_ms) if name in (measured or {}) else {}
         calls = {w: bucket_call(model, w, layout, profile_context(layout))
                  for w in timed_widths(model, widths[name]) if w not in points}
         points = dict(sorted({**points, **steady_ms_each(calls, repeats)}.items()))  # widths in turn: drift hits all
         for w in calls if log else ():  # one step per timed width, as the compile's bar counts them
             log(f"profile {name} W={w}: {points[w]:.3f} ms")
         curve = fit_cost_curve(points, *expert_counts(model.cfg))
-        out[name] = {"bucket_ms": {str(w): t for w, t in points.items()}, "cost_curve": curve.to_dict()}
+        out[name] = ModelTimes(points, curve.to_dict())
     return out
 
 
-def context_cost(model, bucket_ms: dict[str, float], layout: CacheLayout, repeats: int) -> dict:
+def context_cost(model, bucket_ms: dict[int, float], layout: CacheLayout, repeats: int) -> ContextTimes:
     """The verifier's narrowest and widest bucket again with the cache nearly full, beside their times at the
     profile's context (`bucket_ms`, from profile_forward). The weights cost the same at both, so the
     difference is attention over the longer cache view and its mask: `attention_share` is the part of the
     long-context step that grows with the context, extrapolated linearly to zero context."""
     short, long = profile_context(layout), layout.max_seq - 1  # rows past the cache share its last slot
     ms, share = {}, {}
-    for w in sorted({min(map(int, bucket_ms)), max(map(int, bucket_ms))}):
-        at_short, at_long = bucket_ms[str(w)], bucket_latency_ms(model, w, layout, long, repeats)
+    for w in sorted({min(bucket_ms), max(bucket_ms)}):
+        at_short, at_long = bucket_ms[w], bucket_latency_ms(model, w, layout, long, repeats)
         per_token = max(0.0, at_long - at_short) / (long - short)
-        ms[str(w)] = [at_short, at_long]
-        share[str(w)] = min(1.0, per_token * long / at_long)
-    return {"contexts": [short, long], "ms": ms, "attention_share": share}
+        ms[w] = (at_short, at_long)
+        share[w] = min(1.0, per_token * long / at_long)
+    return ContextTimes((short, long), ms, share)
 
 
 def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
                    repeats: int = 20, log=None, decoder: SpeculativeDecoder | None = None,
-                   measured: dict[str, dict] | None = None) -> dict:
-    context = profile_context(layout)
-    out = {"schema": PROFILE_SCHEMA, "context": context,
-           "models": profile_forward(models, widths, layout, repeats, log, measured)}
-    if "verifier" in out["models"]:
-        out["context_ms"] = context_cost(models["verifier"], out["models"]["verifier"]["bucket_ms"], layout, repeats)
-    out["host_ms"] = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
-    if decoder is not None:
-        out.update(phase_profile(decoder, repeats, drafter_steps(models, widths)))
-    if model_device(models["verifier"]).type == "cuda":
-        out["device"] = cuda_properties()
-    return out
+                   measured: dict[str, ModelTimes] | None = None) -> Profile:
+    """Every stage's profile (profile.json): the models' buckets, the verifier at a long context, the host stages
+    and, given the decoder, its phases."""
+    forward = profile_forward(models, widths, layout, repeats, log, measured)
+    long_context = (context_cost(models["verifier"], forward["verifier"].bucket_ms, layout, repeats)
+                    if "verifier" in forward else None)
+    host = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
+    phases = phase_profile(decoder, repeats, drafter_steps(models, widths)) if decoder is not None else None
+    device = cuda_properties() if model_device(models["verifier"]).type == "cuda" else None
+    return Profile.measured(profile_context(layout), forward, host, long_context, phases, device)

@@ -9,11 +9,13 @@ and the manifest, which lists each rank's verifier buckets with their "rank".
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
+from ..bundle.manifest import BucketSpec
 from ..errors import YggcError
 from ..runtime.tp_processes import rank_world
 from .write_bundle import BundleWriter
@@ -31,14 +33,14 @@ def split_file(rel: str, rank: int) -> str:
     return f"{stem}.rank{rank}{dot}{ext}"
 
 
-def every_rank(buckets: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
-    """Rank 0's bucket records -> the manifest's: each split bucket once per rank, under that rank's file."""
+def every_rank(buckets: list[BucketSpec], world: int) -> list[BucketSpec]:
+    """Rank 0's buckets -> the manifest's: each split bucket once per rank, under that rank's file."""
     out = []
     for b in buckets:
-        if "rank" not in b:
+        if b.rank is None:
             out.append(b)
             continue
-        out += [{**b, "rank": r, "file": b["file"].replace(".rank0.", f".rank{r}.")} for r in range(world)]
+        out += [replace(b, rank=r, file=b.file.replace(".rank0.", f".rank{r}.")) for r in range(world)]
     return out
 
 

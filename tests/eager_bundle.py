@@ -21,6 +21,8 @@ def write_eager_bundle(root: Path, plan: dict | None = None, template_file: bool
     """template_file: the verifier keeps its chat template in chat_template.jinja (as transformers 5 saves it)."""
     from yggc.passes.write_bundle import BundleWriter
 
+    from yggc.plan.bundle_profile import Profile
+
     v = write_checkpoint(root / "v", "llama_gqa", seed=21)
     config = {"eos_token": "<|endoftext|>"} if template_file else {"eos_token": "<|endoftext|>", "chat_template": CHAT}
     (v / "tokenizer_config.json").write_text(json.dumps(config))
@@ -32,6 +34,6 @@ def write_eager_bundle(root: Path, plan: dict | None = None, template_file: bool
         w.copy_model_dir(v, "verifier")
         w.copy_model_dir(d, "drafter")
         w.write_json("plan.json", plan or PLAN)
-        w.write_json("profile.json", PROFILE)
+        Profile(PROFILE).save(w)
         w.finish({"device": "cpu", "dtype": "float32", "max_seq": 256, "buckets": []})
     return out

@@ -36,6 +36,7 @@ if str(TOOLS) not in sys.path:
 from bench_sampling_paired import drafting_free_ms, sampled_texts, score_greedy  # noqa: E402
 
 from yggc.bench.prompt_sets import load_prompt_texts  # noqa: E402
+from yggc.plan.bundle_profile import Profile  # noqa: E402
 from yggc.plan.objective import choice_tokens_per_ms, oracle_choice  # noqa: E402
 from yggc.plan.shape import TreeShape  # noqa: E402
 from yggc.plan.stages import StageCosts  # noqa: E402
@@ -154,7 +155,7 @@ def main(argv=None) -> None:
         positions = collect(Runtime.load(args.bundle), prompts, args.n, args.stride, shape)
         if args.trees:
             Path(args.trees).write_text(json.dumps(positions))
-    costs = StageCosts.from_profile(json.loads((Path(args.bundle) / "profile.json").read_text()))
+    costs = StageCosts.from_profile(Profile.load(args.bundle))
     out = bounds(positions, costs, shape)
     b = out["best_static"]
     print(f"{out['positions']} positions; best static D{b['depth']} W{width} V{b['verify']}: "

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from yggc.bench.prompt_sets import load_prompt_texts
 from yggc.bench.sampling_rules import exact_tokens_per_call, parse_runs, sampling_decoder
+from yggc.plan.bundle_profile import Profile
 from yggc.plan.objective import choice_tokens_per_ms, oracle_choice
 from yggc.plan.stages import StageCosts, iteration_stages
 from yggc.runtime import Runtime
@@ -239,8 +240,8 @@ def main(argv=None) -> None:
         if ranks:
             results[str(temp)]["bound"] = print_bound(temp, ranks, args.bound)
         if args.oracle:
-            profile = json.loads((Path(args.bundle) / "profile.json").read_text())
-            results[str(temp)]["oracle"] = print_oracle(temp, runs, prices, StageCosts.from_profile(profile))
+            costs = StageCosts.from_profile(Profile.load(args.bundle))
+            results[str(temp)]["oracle"] = print_oracle(temp, runs, prices, costs)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

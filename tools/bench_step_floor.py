@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 from bench_verify_packages import add_call_args, prefilled
+from yggc.passes.profile import bucket_call
+
 from yggc.artifacts.timing import steady_ms_each
 from yggc.bench.floor import weight_bytes
-from yggc.passes.profile import bucket_call
 
 
 def summary(rounds: list[dict], widths: list[int]) -> list[str]:

@@ -8,6 +8,7 @@ from yggc.passes.contention import measure_until_quiet
 from yggc.artifacts.cpu_use import CpuUse
 from yggc.cli.inspect import plan_warnings
 from yggc.plan.bundle_plan import BundlePlan
+from yggc.plan.bundle_profile import Profile
 from yggc.plan.shape import TreeShape
 
 
@@ -24,15 +25,16 @@ class FakeWatch:
 
 def test_a_disturbed_profile_is_taken_again_and_reuses_nothing():
     firsts, logged = [], []
-    profile = measure_until_quiet(lambda first: firsts.append(first) or {"ms": len(firsts)}, logged.append,
-                                  watch=FakeWatch([1.0, 0.05]))
-    assert profile == {"ms": 2} and firsts == [True, False] and len(logged) == 1 and "measuring again" in logged[0]
+    profile = measure_until_quiet(lambda first: firsts.append(first) or Profile({"ms": len(firsts)}),
+                                  logged.append, watch=FakeWatch([1.0, 0.05]))
+    assert profile == Profile({"ms": 2}) and firsts == [True, False] and len(logged) == 1 and "measuring again" in logged[0]
 
 
 def test_a_profile_disturbed_every_time_ships_with_its_record():
     logged = []
-    profile = measure_until_quiet(lambda first: {"ms": 1}, logged.append, tries=3, watch=FakeWatch([1.0, 0.9, 1.2]))
-    assert profile["contention"] == {"other_cores": 1.2, "tries": 3} and len(logged) == 2
+    profile = measure_until_quiet(lambda first: Profile({"ms": 1}), logged.append, tries=3,
+                                  watch=FakeWatch([1.0, 0.9, 1.2]))
+    assert profile.contention == {"other_cores": 1.2, "tries": 3} and len(logged) == 2
     warnings = plan_warnings(profile, None)
     assert len(warnings) == 1 and "1.2 cores" in warnings[0] and "compile again" in warnings[0]
 
@@ -41,4 +43,4 @@ def test_an_estimate_the_decode_does_not_confirm_is_named():
     assert estimate_off(1.10, 1.00) is None and estimate_off(0.90, 1.00) is None
     line = estimate_off(2.15, 1.10)
     assert "2.15x" in line and "1.10x" in line and "15%" in line
-    assert plan_warnings({}, BundlePlan(TreeShape(2, 2, 3), estimate_off=line)) == [line]
+    assert plan_warnings(Profile(), BundlePlan(TreeShape(2, 2, 3), estimate_off=line)) == [line]

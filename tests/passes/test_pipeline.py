@@ -1,9 +1,11 @@
 """The compile as a list of passes: which passes a job runs, that each reads only what an earlier pass wrote, and
 that the progress total is the number of passes run (no model is loaded here; test_o2 checks a real compile's log)."""
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 from yggc.passes.calibrate import CalibrationSpec
+from yggc.passes.compile_state import FIELD, CompileState
 from yggc.passes.pipeline import PASSES, CompileJob
 
 from yggc.plan.shape import TreeShape
@@ -36,7 +38,23 @@ def test_the_passes_a_job_runs(job, expected):
 @pytest.mark.parametrize("job", JOBS)
 def test_every_pass_reads_only_what_an_earlier_pass_wrote(job):
     job = JOBS[job]
-    written = {"job"} | ({"shape"} if job.shape is not None else set())
+    written = {FIELD.job} | ({FIELD.shape} if job.shape is not None else set())
     for p in (p for p in PASSES if p.runs_for(job)):
-        assert set(p.reads) <= written, f"{p.run.__name__} reads {set(p.reads) - written} before any pass writes it"
+        unwritten = {f.name for f in set(p.reads) - written}
+        assert not unwritten, f"{p.run.__name__} reads {unwritten} before any pass writes it"
         written |= set(p.writes)
+
+
+def test_passes_declare_fields_of_the_compile_state():
+    """Reads and writes are CompileState's own dataclass fields (FIELD.x), not names that could drift from it."""
+    state_fields = {id(f) for f in fields(CompileState)}
+    for p in PASSES:
+        assert all(id(f) in state_fields for f in (*p.reads, *p.writes)), p.run.__name__
+    assert FIELD.profile.type == "Profile | None" and FIELD.loaded.type == "LoadedPair | None"
+
+
+def test_the_compile_state_holds_no_untyped_dict():
+    """No field is a bare dict or a list of dicts: the pair, the buckets and the profile are typed objects."""
+    for f in fields(CompileState):
+        assert f.type.split(" |")[0] not in ("dict", "list[dict]"), f.name
+    assert FIELD.buckets.type == "list[BucketSpec]"

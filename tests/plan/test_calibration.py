@@ -19,6 +19,7 @@ from yggc.passes.choose_shape import candidate_shapes, choose_shape
 
 from yggc.artifacts.cache_layout import CacheLayout
 from yggc.errors import YggcError
+from yggc.plan.bundle_profile import ModelTimes, Profile
 from yggc.plan.calibration import (
     TreeSample,
     acceptance_rates,
@@ -226,9 +227,9 @@ def test_forward_profile_reuses_earlier_measurements():
 
     model = Counting()
     out = profile_forward({"verifier": model}, {"verifier": [1, 4]}, CacheLayout(64), repeats=3,
-                          measured={"verifier": {"bucket_ms": {"1": 5.0, "8": 9.0}}})
+                          measured={"verifier": ModelTimes({1: 5.0, 8: 9.0})})
     assert set(model.widths) == {4}  # only the new width is timed
-    assert out["verifier"]["bucket_ms"]["1"] == 5.0 and set(out["verifier"]["bucket_ms"]) == {"1", "4", "8"}
+    assert out["verifier"].bucket_ms[1] == 5.0 and set(out["verifier"].bucket_ms) == {1, 4, 8}
 
 
 def test_phase_profile_prices_the_glue_so_its_shape_costs_what_its_phases_took(ckpt_root):
@@ -244,15 +245,15 @@ def test_phase_profile_prices_the_glue_so_its_shape_costs_what_its_phases_took(c
     verifier = load_model(write_checkpoint(ckpt_root / "glue_v", "tiny_vocab", seed=1), layout.n_slots)
     drafter = load_model(write_checkpoint(ckpt_root / "glue_d", "tiny_vocab", seed=2), layout.n_slots)
     measured = phase_profile(speculative_decoder(verifier, drafter, layout, shape), repeats=3, drafter=drafter)
-    calls = measured["phase_calls_ms"]
-    assert measured["phase_shape"] == [2, 2, 3] and set(measured["phase_ms"]) == {"draft", "verify"}
-    assert {model: set(ms) for model, ms in calls.items()} == {"verifier": {"1", "4"}, "drafter": {"2"}}
+    calls = measured.calls_ms
+    assert measured.shape == TreeShape(2, 2, 3) and set(measured.phase_ms) == {"draft", "verify"}
+    assert {model: set(ms) for model, ms in calls.items()} == {"verifier": {1, 4}, "drafter": {2}}
     assert min(ms for model in calls.values() for ms in model.values()) > 0
-    curve = {"cost_curve": {"t0_ms": 0.001, "knee": 4.0, "slope_ms": 0.0}}  # cheaper than any real call
-    costs = StageCosts.from_profile({"models": {"verifier": curve, "drafter": curve}, "host_ms": {}, **measured})
+    curve = ModelTimes({}, {"t0_ms": 0.001, "knee": 4.0, "slope_ms": 0.0})  # cheaper than any real call
+    costs = StageCosts.from_profile(Profile.measured(0, {"verifier": curve, "drafter": curve}, {}, phases=measured))
     assert min(costs.glue_ms) > 0
-    head_and_step = 2 * costs.drafter(2) - 2 * calls["drafter"]["2"]  # HEAD_WIDTH and W are both 2 here
-    calls_priced_by_their_curves = costs.verifier(4) - calls["verifier"]["4"] + head_and_step
-    assert costs.iteration_ms(shape) == pytest.approx(sum(measured["phase_ms"].values()) + calls_priced_by_their_curves)
+    head_and_step = 2 * costs.drafter(2) - 2 * calls["drafter"][2]  # HEAD_WIDTH and W are both 2 here
+    calls_priced_by_their_curves = costs.verifier(4) - calls["verifier"][4] + head_and_step
+    assert costs.iteration_ms(shape) == pytest.approx(sum(measured.phase_ms.values()) + calls_priced_by_their_curves)
     unpriced = phase_profile(speculative_decoder(verifier, drafter, layout, shape), repeats=3)
-    assert set(unpriced["phase_calls_ms"]) == {"verifier"}  # no drafter forward given: its curve prices its steps
+    assert set(unpriced.calls_ms) == {"verifier"}  # no drafter forward given: its curve prices its steps

@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from yggc.plan.cost_model import CostCurve, MeasuredCurve, fit_cost_curve, iteration_cost
+from yggc.plan.bundle_profile import Profile, iteration_cost
+from yggc.plan.cost_model import CostCurve, fit_cost_curve
 
 
 @pytest.mark.parametrize("curve", [CostCurve(2.0, 8.0, 0.25), CostCurve(1.0, 1.0, 0.5), CostCurve(3.0, 64.0, 0.0)])
@@ -33,7 +34,8 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
 
     best = ShapeEstimate(TreeShape(2, 2, 3), tokens_per_iter=1.55, iteration_ms=15.0, ms_per_token=9.7, speedup=1.18)
     plan = BundlePlan(best.shape, "calibration", best, best, (best,))
-    profile = {"phase_ms": {"draft": 1.3, "verify": 14.52}, "models": {"verifier": {"bucket_ms": {"1": 10.43}}}}
+    profile = Profile({"phase_ms": {"draft": 1.3, "verify": 14.52},
+                       "models": {"verifier": {"bucket_ms": {"1": 10.43}}}})
     logged = []
     slow = checked_plan(plan, profile, DecodeCheck(11.05, 8.37, 0.7575, 96), logged.append)
     assert slow.measured.speedup == round(1.55 * 10.43 / (1.3 + 14.52), 4) > 1.0  # the phases alone say on
@@ -45,7 +47,7 @@ def test_checked_plan_keeps_speculation_only_when_decoding_measured_it_faster():
     within_noise = checked_plan(plan, profile, DecodeCheck(8.2, 8.37, 1.02, 96), logged.append)
     assert not within_noise.speculate and MIN_SPEEDUP > 1.02  # SmolLM2 on Zen 3: 1.02x here, 0.90x on held-out chat
     assert measured_speedup(3.0, 10.0, 15.0) == 2.0
-    same_minutes = checked_plan(plan, {**profile, "phase_calls_ms": {"verifier": {"1": 11.0, "4": 14.0}}},
+    same_minutes = checked_plan(plan, Profile({**profile.raw, "phase_calls_ms": {"verifier": {"1": 11.0, "4": 14.0}}}),
                                 DecodeCheck(7.0, 8.4, 1.2, 96), logged.append)
     assert same_minutes.measured == replace(fast.measured, verifier_step_ms=11.0,  # the step timed with the phases
                                             speedup=round(1.55 * 11.0 / (1.3 + 14.52), 4))
@@ -182,10 +184,10 @@ def test_fit_finds_the_avx2_kernels_4_row_blocks():
 
 
 def test_iteration_cost_reads_a_bundle_profile():
-    profile = {"models": {"verifier": {"cost_curve": {"t0_ms": 10.0, "knee": 4.0, "slope_ms": 2.0},
-                                       "bucket_ms": {"1": 9.5, "4": 11.0}}},
-               "phase_ms": {"draft": 2.0, "verify": 12.0}, "host_ms": {"prune": 0.25, "accept_greedy": 0.25}}
+    profile = Profile({"models": {"verifier": {"cost_curve": {"t0_ms": 10.0, "knee": 4.0, "slope_ms": 2.0},
+                                               "bucket_ms": {"1": 9.5, "4": 11.0}}},
+                       "phase_ms": {"draft": 2.0, "verify": 12.0}, "host_ms": {"prune": 0.25, "accept_greedy": 0.25}})
     cost = iteration_cost(profile)
     assert cost(0) == 2.5 + 9.5 and cost(3) == 2.5 + 11.0  # the timed widths as timed
-    assert cost(9) == 2.5 + MeasuredCurve.from_profile(profile["models"]["verifier"]).fit(10)
-    assert iteration_cost({}) is None and iteration_cost({"models": {}}) is None
+    assert cost(9) == 2.5 + profile.models["verifier"].measured_curve().fit(10) == 2.5 + CostCurve(10.0, 4.0, 2.0)(10)
+    assert iteration_cost(Profile()) is None and iteration_cost(Profile({"models": {}})) is None

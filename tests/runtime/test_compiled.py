@@ -16,6 +16,7 @@ from yggc.passes.pipeline import CompileJob, compile_bundle
 
 from yggc.cli.main import main
 from yggc.errors import YggcError
+from yggc.plan.bundle_profile import Profile
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 from yggc.runtime.autoregressive import AutoregressiveDecoder
@@ -288,6 +289,15 @@ def test_profile_follows_schema(bundle):
     plan = json.loads((bundle / "plan.json").read_text())  # the calls timed in turn with the phases:
     assert {model: set(ms) for model, ms in profile["phase_calls_ms"].items()} == {
         "verifier": {"1", str(plan["verify"] + 1)}, "drafter": {"2", str(plan["width"])}}
+    typed = Profile.load(bundle)  # the one reader: the same object, typed, and saved back as the same file
+    assert typed.raw == profile and typed.phases.shape == TreeShape(*profile["phase_shape"])
+    timed = profile["models"]["verifier"]["bucket_ms"]
+    assert typed.models["verifier"].bucket_ms == {int(w): ms for w, ms in timed.items()}
+    assert typed.context_ms.contexts == (profile["context"], max_seq - 1)
+    assert typed.contention == profile.get("contention")  # a record only where other programs took CPU time
+    saved = {}
+    typed.save(type("W", (), {"write_json": lambda _self, rel, obj: saved.update({rel: obj})})())
+    assert json.dumps(saved["profile.json"], indent=2) == json.dumps(profile, indent=2)
 
 
 def test_profile_command_plots(bundle, tmp_path, capsys):

@@ -83,13 +83,14 @@ def test_a_cuda_compile_test_loads_one_package_in_a_child_before_loading_any_in_
 
     from yggc.passes import pipeline
 
+    from yggc.bundle import BucketSpec
     from yggc.plan.shape import TreeShape
     from yggc.runtime.loading import demo_pair_dirs
 
     load_on_cpu = pipeline.load_checked_pair
     monkeypatch.setattr(pipeline, "load_checked_pair", lambda job: load_on_cpu(dataclasses.replace(job, device="cpu")))
     monkeypatch.setattr(pipeline, "lower_forward_buckets", lambda w, loaded, widths, job, log: [
-        {"name": "verifier_w1", "model": "verifier", "kind": "forward", "width": 1, "file": "artifacts/verifier_w1.pt2"}])
+        BucketSpec("verifier_w1", "verifier", "forward", 1, "artifacts/verifier_w1.pt2")])
     probed = []
 
     def crashing_probe(path, device):

@@ -277,13 +277,14 @@ def shapes_mode(args: argparse.Namespace, rt, shapes: list, prompts: list[list[i
     else:
         from ..bench.ablation import ablation_decoders, ablation_table, unpruned_shape
         from ..plan.bundle_plan import read_plan
+        from ..plan.bundle_profile import Profile
         from ..plan.stages import StageCosts
-        from .inspect import print_adaptive, print_schedule, read_bundle_json
+        from .inspect import print_adaptive, print_schedule
 
-        plan, profile = read_plan(args.bundle), read_bundle_json(args.bundle, "profile.json")
+        plan, profile = read_plan(args.bundle), Profile.load(args.bundle)
         decoders = ablation_decoders(rt, unpruned_shape(plan))
         rows = decode_rows({k: dec for k, (dec, _) in decoders.items()}, prompts, n_new, repeats, trace=True)
-        stages = StageCosts.from_profile(profile) if profile.get("models") else None
+        stages = StageCosts.from_profile(profile) if profile.models else None
         print(ablation_table(rows, {k: shape for k, (_, shape) in decoders.items()}, stages))
         if plan.adaptive:
             print_adaptive(plan.adaptive)

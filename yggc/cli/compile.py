@@ -128,6 +128,7 @@ def weight_format(args: argparse.Namespace, streams_blocks: bool) -> str:
 
 def tp_degree(args: argparse.Namespace, calib, drafter_dir: Path) -> int:
     """--tp (or torchrun's world size), and what a tensor-parallel compile cannot do yet, each in one line."""
+    from ..passes.drafter_lowering import lowering_of_folder
     from ..runtime.drafters import kind_of_folder
 
     world = tp_world(args)
@@ -139,9 +140,9 @@ def tp_degree(args: argparse.Namespace, calib, drafter_dir: Path) -> int:
     if args.opt == OptLevel.O2 or args.backend != "inductor":
         raise YggcError("tensor-parallel bundles are built at --opt O1 with the inductor backend; drop --opt O2 / "
                         "--backend tensorrt")
-    kind = kind_of_folder(drafter_dir)
-    if not kind.tensor_parallel:
-        raise YggcError(f"tensor-parallel bundles need a standalone drafter; {kind.description} is not supported yet")
+    if not lowering_of_folder(drafter_dir).tensor_parallel:
+        raise YggcError("tensor-parallel bundles need a standalone drafter; "
+                        f"{kind_of_folder(drafter_dir).description} is not supported yet")
     return world
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..bundle import load_manifest
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, BundlePlan, MeasuredSpeedup, StageEstimate, StagePlan, read_plan
-from ..plan.cost_model import CostCurve
+from ..plan.bundle_profile import ModelTimes, Profile
 from .arg_types import Verbs
 from .flags import POSITIVE
 
@@ -30,11 +30,6 @@ def add_parser(sub: Verbs) -> None:
     p.set_defaults(main=main)
 
 
-def read_bundle_json(root: Path, name: str) -> dict:
-    path = root / name
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
 def curve_formula(c: dict) -> str:
     corner = "hard corner" if c.get("s") is None else f"s = {c['s']:g}"
     text = f"T(W) = {c['t0_ms']:.3f} ms + {c['slope_ms']:.4f} ms x G(W; knee {c['knee']:g}, {corner})"
@@ -47,10 +42,10 @@ def curve_formula(c: dict) -> str:
     return text
 
 
-def efficiency_table(name: str, entry: dict) -> list[str]:
+def efficiency_table(name: str, entry: ModelTimes) -> list[str]:
     """Measured and fitted T(W) and MoESD's target efficiency T(1) / T(W) at each timed width."""
-    curve = CostCurve(**entry["cost_curve"])
-    points = sorted((int(w), ms) for w, ms in entry["bucket_ms"].items())
+    curve = entry.curve
+    points = sorted(entry.bucket_ms.items())
     t1 = dict(points).get(1, curve(1))
     lines = [f"  {name}: W | measured ms | fitted ms | target efficiency T(1)/T(W) measured, fitted"]
     for w, ms in points:
@@ -58,21 +53,21 @@ def efficiency_table(name: str, entry: dict) -> list[str]:
     return lines
 
 
-def print_profile(profile: dict) -> None:
-    for name, entry in profile.get("models", {}).items():
-        print(f"  {name} cost curve: {curve_formula(entry['cost_curve'])}")
+def print_profile(profile: Profile) -> None:
+    for name, entry in profile.models.items():
+        print(f"  {name} cost curve: {curve_formula(entry.cost_curve)}")
         print("\n".join(efficiency_table(name, entry)))
-    context = profile.get("context_ms", {})
-    for w, (at_short, at_long) in context.get("ms", {}).items():
-        share = context["attention_share"][w]
-        print(f"  verifier W={w}: {at_short:.3f} ms at {context['contexts'][0]} cached tokens, {at_long:.3f} ms at "
-              f"{context['contexts'][1]} (attention over the cache: {share:.0%} of that step)")
-    for phase, ms in profile.get("phase_ms", {}).items():
+    context = profile.context_ms
+    for w, (at_short, at_long) in (context.ms if context else {}).items():
+        share = context.attention_share[w]
+        print(f"  verifier W={w}: {at_short:.3f} ms at {context.contexts[0]} cached tokens, {at_long:.3f} ms at "
+              f"{context.contexts[1]} (attention over the cache: {share:.0%} of that step)")
+    for phase, ms in profile.phase_ms.items():
         print(f"  {phase} phase (one call): {ms:.3f} ms")
-    for model, calls in profile.get("phase_calls_ms", {}).items():
+    for model, calls in profile.phase_calls_ms.items():
         for w, ms in calls.items():
             print(f"  {model} W={w}, timed in turn with the phases: {ms:.3f} ms")
-    for stage, ms in profile.get("host_ms", {}).items():
+    for stage, ms in profile.host_ms.items():
         print(f"  host {stage}: {ms:.4f} ms")
 
 
@@ -99,12 +94,12 @@ def print_adaptive(record: AdaptivePlan) -> None:
         print(f"    {record.reason or ''}")
 
 
-def plan_warnings(profile: dict, plan: BundlePlan | None) -> list[str]:
+def plan_warnings(profile: Profile, plan: BundlePlan | None) -> list[str]:
     """Why the plan may not suit this machine: a profile taken while other programs ran, an estimate the decode
     check did not confirm."""
     from ..passes.contention import contention_line
 
-    out = [contention_line(profile["contention"])] if profile.get("contention") else []
+    out = [contention_line(profile.contention)] if profile.contention else []
     return out + ([plan.estimate_off] if plan and plan.estimate_off else [])
 
 
@@ -180,9 +175,10 @@ def main(args: argparse.Namespace) -> int:
     if args.load_time:
         return load_time_command(args)
     root = Path(args.bundle)
-    profile, plan = read_bundle_json(root, "profile.json"), read_plan(root)
+    profile, plan = Profile.load(root), read_plan(root)
     if args.json:
-        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile, "plan": plan.to_json()}, indent=2))
+        print(json.dumps({"manifest": manifest.to_dict(), "profile": profile.to_json(), "plan": plan.to_json()},
+                         indent=2))
         return 0
     m = manifest
     print(f"bundle {root}: format {m.format_version}, yggc {m.yggc_version}, torch {m.torch_version}")
@@ -205,10 +201,10 @@ def main(args: argparse.Namespace) -> int:
     elif args.plot:
         raise YggcError(f"{root} has no stage plan to plot; re-compile it with this yggc")
     print("  buckets:")
-    bucket_ms = {name: m.get("bucket_ms", {}) for name, m in profile.get("models", {}).items()}
-    phase_ms = profile.get("phase_ms", {})
+    bucket_ms = {name: m.bucket_ms for name, m in profile.models.items()}
+    phase_ms = profile.phase_ms
     for b in m.buckets:
-        ms = (bucket_ms.get(b.model, {}).get(str(b.width)) if b.kind == "forward"
+        ms = (bucket_ms.get(b.model, {}).get(b.width) if b.kind == "forward"
               else phase_ms.get(b.kind.split("_")[0]))
         print(f"    {b.name:<20} {b.kind:<13} {ms:9.3f} ms" if ms is not None else f"    {b.name}")
     print_profile(profile)

@@ -9,8 +9,9 @@ from pathlib import Path
 from ..bundle import load_manifest
 from ..errors import YggcError
 from ..plan.bundle_plan import read_plan
+from ..plan.bundle_profile import Profile
 from .arg_types import Verbs
-from .inspect import print_profile, print_speedups, read_bundle_json
+from .inspect import print_profile, print_speedups
 
 
 def add_parser(sub: Verbs) -> None:
@@ -24,7 +25,7 @@ def add_parser(sub: Verbs) -> None:
 def main(args: argparse.Namespace) -> int:
     """Print the bundle's profile tables and measured speedups (and --plot them) -> the exit code."""
     load_manifest(args.bundle)  # a bundle, not any folder with a profile.json
-    profile = read_bundle_json(Path(args.bundle), "profile.json")
+    profile = Profile.load(args.bundle)
     if not profile:
         raise YggcError(f"{args.bundle} has no profile.json; re-run `yggc compile`")
     print_profile(profile)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ..errors import YggcError
 from ..plan.bundle_plan import StagePlan
-from ..plan.cost_model import CostCurve
+from ..plan.bundle_profile import Profile
 
 
 def pyplot():
@@ -42,13 +42,13 @@ def plot_timeline(schedule: StagePlan, out: Path) -> Path:
     return out
 
 
-def plot_profile(profile: dict, out: Path) -> Path:
+def plot_profile(profile: Profile, out: Path) -> Path:
     """Left: measured bucket latencies and the fitted cost curve per model; right: target efficiency T(1)/T(W)."""
     plt = pyplot()
     fig, (ax, eff) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, entry in profile["models"].items():
-        points = sorted((int(w), ms) for w, ms in entry["bucket_ms"].items())
-        curve = CostCurve(**entry["cost_curve"])
+    for name, entry in profile.models.items():
+        points = sorted(entry.bucket_ms.items())
+        curve = entry.curve
         t1 = dict(points).get(1, curve(1))
         xs = list(range(1, max(w for w, _ in points) + 1))
         line = ax.plot(xs, [curve(x) for x in xs], label=f"{name} fit")[0]
@@ -58,7 +58,7 @@ def plot_profile(profile: dict, out: Path) -> Path:
                     label=f"{name} measured")
     ax.set_xlabel("input width W (tokens per call)")
     ax.set_ylabel("latency per call (ms)")
-    ax.set_title(f"yggc stage profile (context {profile['context']} tokens)")
+    ax.set_title(f"yggc stage profile (context {profile.context} tokens)")
     ax.legend()
     eff.set_xlabel("input width W (tokens per call)")
     eff.set_ylabel("target efficiency T(1) / T(W)")

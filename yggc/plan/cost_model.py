@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -104,11 +103,6 @@ class MeasuredCurve:
         ms = self.measured.get(width)
         return self.fit(width) if ms is None else ms
 
-    @classmethod
-    def from_profile(cls, entry: dict) -> MeasuredCurve:
-        """A profile.json model entry ({"cost_curve", "bucket_ms"}) -> its curve."""
-        return cls(CostCurve(**entry["cost_curve"]), {int(w): ms for w, ms in entry.get("bucket_ms", {}).items()})
-
 
 def _features(widths: list[int], knee: float, s: float | None, row_tile: int, n_experts: int,
               top_k: int) -> np.ndarray:
@@ -158,15 +152,3 @@ def fit_cost_curve(points: dict[int, float], n_experts: int = 0, top_k: int = 0)
             expert = (x[2], x[3]) if n_experts else (0.0, 0.0)
             best = (err, CostCurve(x[0], float(knee), x[1], s, n_experts, top_k, *expert, tile, tile_ms))
     return best[1]
-
-
-
-def iteration_cost(profile: dict) -> Callable[[int], float] | None:
-    """A bundle's profile.json -> the cost in ms of a greedy iteration that verifies r tree nodes: the profiled draft
-    phase and host stages plus the verifier at r + 1 rows (None: a profile without them)."""
-    try:
-        verifier = MeasuredCurve.from_profile(profile["models"]["verifier"])
-        fixed = profile["phase_ms"]["draft"] + sum(profile["host_ms"].values())
-    except (KeyError, TypeError):
-        return None
-    return lambda r: fixed + verifier(r + 1)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
+from .bundle_profile import Profile
 from .cost_model import CostCurve, MeasuredCurve
 from .shape import HEAD_WIDTH, TreeShape
 
@@ -64,20 +65,18 @@ class StageCosts:
     glue_ms: tuple[float, float] = (0.0, 0.0)  # host work around the calls: per drafter call, per verify phase
 
     @classmethod
-    def from_profile(cls, profile: dict, depth: int = 1) -> StageCosts:
+    def from_profile(cls, profile: Profile, depth: int = 1) -> StageCosts:
         """The profiled curves (each timed width at its median, the fit elsewhere); a drafter without forward
         buckets (an EAGLE-3 head compiled for one shape) is priced per step from its measured draft phase of
         `depth` steps. Where the profile timed the phases whole at a recorded shape, the host glue is what they
         took beyond the priced stages."""
-        curves = {name: MeasuredCurve.from_profile(m) for name, m in profile["models"].items() if "cost_curve" in m}
+        curves = {name: m.measured_curve() for name, m in profile.models.items() if m.cost_curve is not None}
         if "drafter" not in curves:
-            curves["drafter"] = CostCurve(profile["phase_ms"]["draft"] / depth, 0.0, 0.0)
-        costs = cls(curves["verifier"], curves["drafter"], dict(profile.get("host_ms", {})),
-                    dict(profile.get("fuzzy", {})))
-        if "phase_ms" in profile and "phase_shape" in profile:
-            glue = measured_glue(profile["phase_ms"], TreeShape(*profile["phase_shape"]), costs,
-                                 profile.get("phase_calls_ms", {}))
-            costs = replace(costs, glue_ms=glue)
+            curves["drafter"] = CostCurve(profile.phase_ms["draft"] / depth, 0.0, 0.0)
+        costs = cls(curves["verifier"], curves["drafter"], profile.host_ms, profile.fuzzy)
+        phases = profile.phases
+        if phases is not None:
+            costs = replace(costs, glue_ms=measured_glue(phases.phase_ms, phases.shape, costs, phases.calls_ms))
         return costs
 
     def prices(self, variant: str) -> bool:
@@ -130,14 +129,14 @@ def iteration_stages(variant: str, shape: TreeShape, p: StageCosts) -> list[Stag
     return stages
 
 
-def call_beside_phases(calls_ms: dict[str, dict[str, float]] | None, model: str, width: int, otherwise: float) -> float:
+def call_beside_phases(calls_ms: dict[str, dict[int, float]] | None, model: str, width: int, otherwise: float) -> float:
     """`model`'s call at `width` as the profile timed it in turn with the phases (its phase_calls_ms: model -> width
     -> ms), else `otherwise`."""
-    return (calls_ms or {}).get(model, {}).get(str(width), otherwise)
+    return (calls_ms or {}).get(model, {}).get(width, otherwise)
 
 
 def measured_glue(phase_ms: dict[str, float], shape: TreeShape, p: StageCosts,
-                  calls_ms: dict[str, dict[str, float]] | None = None) -> tuple[float, float]:
+                  calls_ms: dict[str, dict[int, float]] | None = None) -> tuple[float, float]:
     """Host work around the model calls from the draft and verify phases timed whole at `shape` (the
     profile's phase_ms): (ms per drafter call, ms per verify phase), beyond what the stages already price
     (the drafter and verifier calls, prune, accept, K/V compaction). A call is priced as timed in turn with the phases

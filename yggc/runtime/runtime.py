@@ -10,7 +10,6 @@ stream resumed after a newer request on the same thread raises StreamInterrupted
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from ..artifacts.device import resolve_device
 from ..bundle import Manifest, OptLevel, validate_bundle
 from ..errors import YggcError
 from ..plan.bundle_plan import AdaptivePlan, read_plan
-from ..plan.cost_model import iteration_cost
+from ..plan.bundle_profile import Profile, iteration_cost
 from ..plan.depth_predictor import DepthPolicy
 from ..plan.shape import TreeShape
 from ..tree.rules import ChainRule, TreeRule
@@ -61,17 +60,6 @@ def load_policy(path: Path, adaptive: AdaptivePlan | None) -> DepthPolicy | None
         return DepthPolicy.from_plan(adaptive, load_file(path / "predictor.safetensors"))
     except (OSError, KeyError, TypeError, RuntimeError, SafetensorError) as e:
         raise YggcError(f"{path}: its depth predictor does not load ({e}); re-run `yggc compile`") from None
-
-
-def read_profile(path: Path) -> dict:
-    """The bundle's profile.json ({} where it has none)."""
-    profile = path / "profile.json"
-    if not profile.exists():
-        return {}
-    try:
-        return json.loads(profile.read_text())
-    except ValueError as e:
-        raise YggcError(f"{profile} is not valid JSON ({e}); re-run `yggc compile`") from None
 
 
 class Runtime:
@@ -134,7 +122,7 @@ class Runtime:
         plan = read_plan(path)
         rt = cls(path, manifest, loaded["verifier"], loaded["drafter"], compiled, plan.shape, plan.speculate)
         rt.policy = load_policy(path, plan.adaptive)
-        rt.iteration_ms = iteration_cost(read_profile(path))
+        rt.iteration_ms = iteration_cost(Profile.load(path))
         if plan.sampling is not None:
             rt.sampling_plan = (plan.sampling.shape, plan.sampling.speculate)
             rt.rank_rates = plan.sampling.rank_acceptance or RANK_ACCEPTANCE

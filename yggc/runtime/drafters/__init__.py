@@ -1,5 +1,6 @@
 """The proposers and the drafter kinds, in one registry: every proposer (PROPOSERS: what the CLI builds by name) and
-every kind of drafter model (KINDS: what a folder or a graph is, how it loads, lowers and what a manifest records),
+every kind of drafter model (KINDS: what a folder or a graph is, how it loads, the modules its packages are bound to
+and what a manifest records; how it is lowered is the compile's, passes/drafter_lowering.py),
 with the pair-level entry points built on them (the pair check, loading, the decoder, compiled models).
 
 One file per proposer, each a class with the Proposer members (yggc/runtime/draft.py):
@@ -43,8 +44,10 @@ PackageBinder = Callable[[object, nn.Module, tuple[torch.Tensor, ...]], CacheInp
 
 
 class DrafterKind(Protocol):
-    """What one kind of drafter provides, at load, at decode and at compile. `drafter` arguments take the graph or
-    anything around it with a `.graph` (a LoadedModel, a CompiledModel)."""
+    """What one kind of drafter provides to loading and decoding, and what the compile shares with the load (the
+    phase modules and packages it binds, the manifest record it checks); what only the compile asks of a kind is
+    its lowering, beside the passes (passes/drafter_lowering.py). `drafter` arguments take the graph or anything
+    around it with a `.graph` (a LoadedModel, a CompiledModel)."""
 
     name: str  # what a bundle's manifest records as the drafter's kind ("llama", "eagle3")
     description: str  # the kind in a message ("a standalone drafter", "an EAGLE-3 head")
@@ -53,7 +56,6 @@ class DrafterKind(Protocol):
     # inside the draft phase), its O2 package is lowered from forward_embedded, its steps are timed fed zero features,
     # and an O2 bundle keeps its feature fusion and the verifier's embedding beside the packages
     head: bool
-    tensor_parallel: bool  # a tensor-parallel compile can pair it with the verifier's slices
 
     def claims_folder(self, path: str | Path) -> bool:
         """Whether the checkpoint folder `path` holds a drafter of this kind."""
@@ -63,9 +65,6 @@ class DrafterKind(Protocol):
 
     def check_pair(self, verifier_dir: str | Path, drafter_dir: str | Path) -> None:
         """The pair check before any weights are read; raises YggcError with the fix."""
-
-    def check_target(self, drafter_dir: str | Path, device: str, backend: str) -> None:
-        """Raises YggcError where a bundle with this drafter cannot be compiled for (device, backend)."""
 
     def load(self, drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
              weights: bool = True) -> LoadedModel:

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from ...artifacts.cache_inputs import CacheInputBucket, HeadBucket
-from ...errors import YggcError
 from ...graphs import load_config
 from ...graphs.eagle3 import Eagle3Graph
 from ...graphs.eagle3_checkpoint import check_eagle3_pair, is_eagle3, load_eagle3, load_eagle3_config
@@ -34,7 +33,6 @@ class Eagle3Kind:
     description = "an EAGLE-3 head"
     proposer = Eagle3Proposer
     head = True
-    tensor_parallel = False
 
     def claims_folder(self, path: str | Path) -> bool:
         """A folder whose config.json names the EAGLE-3 architecture."""
@@ -48,12 +46,6 @@ class Eagle3Kind:
         """The head was made for this verifier: sizes, feature layers (graphs.eagle3_checkpoint)."""
         check_eagle3_pair(load_eagle3_config(drafter_dir), load_config(verifier_dir), None,
                           f"EAGLE-3 head {drafter_dir}")
-
-    def check_target(self, drafter_dir: str | Path, device: str, backend: str) -> None:
-        """Bundles with heads compile with the Inductor backend on a CPU."""
-        if device != "cpu" or backend != "inductor":
-            raise YggcError(f"{drafter_dir} is an EAGLE-3 head: bundles with heads are CPU-only for now; "
-                            "compile with --device cpu (the inductor backend)")
 
     def load(self, drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
              weights: bool = True) -> LoadedModel:

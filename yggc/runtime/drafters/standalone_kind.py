@@ -25,7 +25,6 @@ class StandaloneKind:
     description = "a standalone drafter"
     proposer = StandaloneProposer
     head = False
-    tensor_parallel = True
 
     def claims_folder(self, path: str | Path) -> bool:
         """Any folder that no other kind claims."""
@@ -38,9 +37,6 @@ class StandaloneKind:
     def check_pair(self, verifier_dir: str | Path, drafter_dir: str | Path) -> None:
         """Same tokenizer as the verifier (graphs.check_pair)."""
         check_pair(verifier_dir, drafter_dir)
-
-    def check_target(self, drafter_dir: str | Path, device: str, backend: str) -> None:
-        """Every device and backend builds a standalone drafter."""
 
     def load(self, drafter_dir: str | Path, verifier: LoadedModel, dtype: torch.dtype, device: str = "cpu",
              weights: bool = True) -> LoadedModel:

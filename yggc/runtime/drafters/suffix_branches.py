@@ -153,8 +153,8 @@ def with_suffix_branches(decoder: SpeculativeDecoder, suffix: SuffixDrafter | No
                          iteration_ms: Callable[[int], float] | None = None) -> SpeculativeDecoder:
     """`decoder` (of any model proposer) drafting the suffix branches beside its model's from now on; `shape`:
     tokens per branch, branches, suffix nodes added at most. iteration_ms(r): what an iteration verifying r nodes
-    costs (a bundle's profile, plan.cost_model.iteration_cost): each draft then verifies the number of its best nodes
-    that makes the most tokens per ms; None: the shape's V plus every suffix node added. A decoder that has them
+    costs (a bundle's profile, plan.bundle_profile.iteration_cost): each draft then verifies the number of its best
+    nodes that makes the most tokens per ms; None: the shape's V plus every suffix node added. A decoder that has them
     already is returned as it is."""
     if not has_suffix_branches(decoder):
         decoder.proposer = SuffixBranches(decoder.proposer, suffix, shape, min_chance, iteration_ms)
