@@ -53,6 +53,12 @@ def weights_label(graph: nn.Module, dtype: str) -> str:
     return label(block_layers(graph), graph.cfg, dtype)
 
 
+def block_formats(graph: nn.Module) -> dict[str, str]:
+    """{layer: block format} of the graph's layers that stream blocks, as manifest.json's extra.block_formats records
+    it (what `yggc bench` counts a step's weight bytes from)."""
+    return {name: linear.fmt for name, linear in sorted(block_layers(graph).items())}
+
+
 def block_layers(graph: nn.Module) -> dict[str, BlockLinear]:
     """The graph's layers that stream blocks (set by the loader where the compile asks for a block format)."""
     return getattr(graph, "block_linears", None) or {}
