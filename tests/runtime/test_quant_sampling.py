@@ -6,9 +6,9 @@ import pytest
 import torch
 from checkpoints import write_checkpoint
 from test_speculative import N_SAMPLES, T1, chi2_pvalue, exact_two, first_two_after_root
+from yggc.passes.pipeline import CompileJob, compile_bundle
 
 from yggc.bundle import load_manifest
-from yggc.passes.pipeline import CompileJob, compile_bundle
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 
