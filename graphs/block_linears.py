@@ -1,11 +1,12 @@
 """Which of a Llama graph's linear layers stream block-quantized weights, read from its checkpoint folder.
 
 A LlamaGraph's linear layers fuse the checkpoint's matrices (attn.wqkv = q | k | v, mlp.w13 = gate | up, then
-attn.wo, mlp.w2 and an untied lm_head). With `weights` a block format (graphs/block_quant.py), every one of them is
+attn.wo, mlp.w2 and the lm_head: its own matrix, or the tied embedding table). With `weights` a block format (graphs/block_quant.py), every one of them is
 stored in it: matrices the folder holds in that format keep their blocks as they are (a GGUF's bytes), others are
 quantized from their float values by the `gguf` package (ggml's own rounding; a block matrix of another format is
 dequantized first). With `weights` FILE, a layer keeps the blocks its matrices are stored in when they share one
-format, and stays float otherwise. The graph keeps its float weights for eager use; passes/quant_linear.py swaps the
+format, and stays float otherwise (a GGUF's tied token_embd keeps its blocks, Q8_0 in SmolLM2's Q4_1 file: the LM head
+streams them, and the embedding gathers its rows from them). The graph keeps its float weights for eager use; passes/quant_linear.py swaps the
 layers for the kernel op when a package is lowered.
 """
 from __future__ import annotations
@@ -30,8 +31,9 @@ class BlockLinear:
 
 
 def linear_sources(cfg: ModelConfig) -> dict[str, tuple[str, ...]]:
-    """graph linear layer -> the Hugging Face matrices it fuses, in row order (dense Llama-family layers)."""
-    out = {} if cfg.tie_word_embeddings else {"lm_head": ("lm_head.weight",)}
+    """graph linear layer -> the Hugging Face matrices it fuses, in row order (dense Llama-family layers); a tied
+    lm_head is the embedding table."""
+    out = {"lm_head": ("model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight",)}
     for i in range(cfg.n_layers):
         p = f"model.layers.{i}."
         out[f"layers.{i}.attn.wqkv"] = tuple(p + f"self_attn.{n}_proj.weight" for n in "qkv")

@@ -132,3 +132,48 @@ def block_matmul(x: torch.Tensor, blocks: torch.Tensor, fmt: str) -> torch.Tenso
             term = term + (_halves(raw, 2)[None, :, b, 0] * dx[:, None, b]) * s[:, None, b].float()
         acc = acc + term
     return acc
+
+
+def unpack_index(fmt: str) -> torch.Tensor:
+    """[16, bytes] int64: where pack_blocks put byte i of column j's block, within its group's block."""
+    size = FORMATS[fmt].block_bytes
+    where = pack_blocks(torch.arange(GROUP * size).view(GROUP, size), fmt).flatten()  # position -> j * size + i
+    index = torch.empty_like(where)
+    index[where] = torch.arange(where.numel())
+    return index.view(GROUP, size)
+
+
+def gathered_rows(packed: torch.Tensor, index: torch.Tensor, fmt: str, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` [W] of the weight packed by pack_blocks (packed [G, K / 32, 16 * bytes], index: unpack_index(fmt))
+    -> [W, K] float32, in dequantize's arithmetic. The fp16 scales are reassembled from int16 words (no bitcast between
+    sizes, which a compiled graph may not lower)."""
+    grouped = packed[ids // GROUP].to(torch.int32)  # [W, K/32, 16 * bytes]
+    pick = index[ids % GROUP][:, None, :].expand(-1, grouped.shape[1], -1)
+    raw = torch.gather(grouped, -1, pick)  # [W, K/32, bytes]: the file's blocks of the rows
+
+    def half(at: int) -> torch.Tensor:  # [W, K/32, 1]: the little-endian fp16 at byte `at`
+        word = raw[..., at:at + 1] + 256 * raw[..., at + 1:at + 2]
+        return torch.where(word > 32767, word - 65536, word).to(torch.int16).view(torch.float16).float()
+
+    if fmt == "q8_0":
+        q = raw[..., 2:]
+        w = half(0) * torch.where(q > 127, q - 256, q).float()
+    else:
+        qs = raw[..., -16:]
+        q = torch.cat((qs & 0x0F, qs >> 4), dim=-1).float()
+        w = half(0) * (q - 8) if fmt == "q4_0" else half(0) * q + half(2)
+    return w.flatten(-2)
+
+
+class BlockEmbedding(torch.nn.Module):
+    """nn.Embedding's forward over a table packed by pack_blocks (the tensor the LM head's op reads: one copy): the
+    rows asked for, dequantized, in `dtype` (the bits of the float table the loader dequantizes from the same
+    blocks)."""
+
+    def __init__(self, packed: torch.Tensor, fmt: str, dtype: torch.dtype):
+        super().__init__()
+        self.packed, self.fmt, self.dtype = packed, fmt, dtype
+        self.register_buffer("index", unpack_index(fmt), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return gathered_rows(self.packed, self.index, self.fmt, ids).to(self.dtype)

@@ -296,6 +296,7 @@ def write_pass(s: CompileState, log: Log) -> str:
                      "buckets": [b.to_json() for b in every_rank(s.buckets, job.tp)],
                      "extra": {"opt": job.opt, "backend": job.backend,
                                "weights": quant_linear.weights_label(s.loaded.verifier.graph, dtype),
+                               "block_formats": quant_linear.block_formats(s.loaded.verifier.graph),
                                "package_width": package_width(job) if job.opt == OptLevel.O2 else 0, "tp": job.tp,
                                "drafter": kind_of(s.loaded.drafter).record(s.loaded.drafter.graph),
                                "cxx": s.cxx,

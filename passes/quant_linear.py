@@ -6,7 +6,11 @@ each quantized layer streams. While a package is exported, each such layer is sw
 blocks laid out once for the kernel (graphs/block_quant.pack_blocks: groups of 16 columns, the file's bytes moved).
 The kernel computes every row from that row alone (activations quantized per row, integer dots per block, float
 sums in block order), so a verify's rows give the 1-row step's bits and speculative output equals the bundle's own
-plain decoding. The tied embedding/LM-head table stays bf16 (passes/tied_head.py); drafters stay float.
+plain decoding. A tied embedding/LM-head table that streams blocks (a GGUF's token_embd as stored) is held once, as
+its blocks: the LM head reads them through the op, and the embedding gathers the rows it needs and dequantizes them
+(block_quant.BlockEmbedding: the bits of the float table the loader dequantizes from them, so no float copy is kept);
+passes/tied_head.py's bf16 table then does not apply. Drafters stay float (an EAGLE-3 head keeps a float copy of the
+embedding: passes/kept_weights.py).
 """
 from __future__ import annotations
 
@@ -53,9 +57,20 @@ def weights_label(graph: nn.Module, dtype: str) -> str:
     return label(block_layers(graph), graph.cfg, dtype)
 
 
+def block_formats(graph: nn.Module) -> dict[str, str]:
+    """{layer: block format} of the graph's layers that stream blocks, as manifest.json's extra.block_formats records
+    it (what `yggc bench` counts a step's weight bytes from)."""
+    return {name: linear.fmt for name, linear in sorted(block_layers(graph).items())}
+
+
 def block_layers(graph: nn.Module) -> dict[str, BlockLinear]:
     """The graph's layers that stream blocks (set by the loader where the compile asks for a block format)."""
     return getattr(graph, "block_linears", None) or {}
+
+
+def tied_table(graph: nn.Module) -> bool:
+    """Whether graph's LM head is its embedding table (one tensor)."""
+    return graph.lm_head.weight is graph.embed.weight
 
 
 def applies(graph: nn.Module, device: str, opt: OptLevel) -> bool:
@@ -65,14 +80,21 @@ def applies(graph: nn.Module, device: str, opt: OptLevel) -> bool:
 
 @contextmanager
 def quantized_layers(graph: nn.Module) -> Iterator[None]:
-    """graph's block layers are QuantLinear modules while the context lasts (for an export)."""
+    """graph's block layers are QuantLinear modules while the context lasts (for an export), and where the LM head's
+    blocks are the tied table, the embedding a BlockEmbedding over them."""
     kernel_library.build()
     swapped = {}
-    for name, linear in block_layers(graph).items():
+    layers = block_layers(graph)
+    tied = "lm_head" in layers and tied_table(graph)
+    for name, linear in layers.items():
         parent_name, _, leaf = name.rpartition(".")
         parent = graph.get_submodule(parent_name)
         swapped[name] = (parent, leaf, getattr(parent, leaf))
         setattr(parent, leaf, QuantLinear(linear, swapped[name][2].bias))
+    if tied:  # the embedding gathers its rows from the head's packed blocks
+        swapped["embed"] = (graph, "embed", graph.embed)
+        graph.embed = block_quant.BlockEmbedding(graph.lm_head.packed, layers["lm_head"].fmt,
+                                                 swapped["embed"][2].weight.dtype)
     try:
         yield
     finally:

@@ -10,7 +10,7 @@ gathers embedding rows from those blocks.
 Only where that kernel is the fast choice: bf16 weights on an AVX2 CPU (blocks of 16 columns), or on one with
 AVX512-BF16 and no AMX, e.g. AMD Zen 4 (blocks of 64 columns: a 4 x 64 VDPBF16PS tile reads one block row at a
 time, one memory stream, and gives the template's bits there). AMX's tiles beat both, so AMX packages keep two
-copies.
+copies. A table that streams quantized blocks (passes/quant_linear.py) is held as its blocks instead.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from torch import nn
 from ..artifacts import kernel_ops
 from ..bundle.manifest import OptLevel
 from ..graphs.packed_table import PackedEmbedding, pack_table
+from . import quant_linear
 from .kernels import kernel_library
 
 
@@ -56,7 +57,7 @@ def table_columns() -> int:
 def applies(graph: nn.Module, device: str, opt: OptLevel) -> bool:
     """Whether `graph`'s package should hold its tied table once, in the kernel's layout."""
     head, embed = getattr(graph, "lm_head", None), getattr(graph, "embed", None)
-    return (opt == OptLevel.O2 and device == "cpu" and kernel_is_fastest()
+    return (opt == OptLevel.O2 and "lm_head" not in quant_linear.block_layers(graph)  # its blocks are the one copy and device == "cpu" and kernel_is_fastest()
             and isinstance(head, nn.Linear) and isinstance(embed, nn.Embedding) and head.weight is embed.weight
             and head.weight.dtype == torch.bfloat16 and head.weight.shape[1] % 2 == 0)
 

@@ -59,8 +59,10 @@ LLAMA_WIDE_TIED = dict(model_type="llama", vocab_size=16384, hidden_size=256, in
 # Qwen2-MoE's routed experts and gated shared expert in one layer, a dense layer after it: what a compiled package
 # of the sparse graph needs, in two layers (an O2 package's compile grows with the expert branches)
 QWEN2_MOE_TWO_LAYERS = {**CONFIGS["qwen2_moe_shared"], "num_hidden_layers": 2, "mlp_only_layers": [1]}
-CONFIGS_ALL = {**CONFIGS, "tiny_vocab": TINY_VOCAB, "tiny_vocab_tied": TINY_VOCAB_TIED, "llama_deep": LLAMA_DEEP,
-               "llama_wide_tied": LLAMA_WIDE_TIED, "qwen2_moe_two_layers": QWEN2_MOE_TWO_LAYERS}
+# tied, with a RoPE that GGUF files carry (a quantized GGUF's tied token_embd)
+LLAMA_TIED = {**CONFIGS["llama_tied_llama3"], "rope_scaling": None}
+CONFIGS_ALL = {**CONFIGS, "llama_tied": LLAMA_TIED, "tiny_vocab": TINY_VOCAB, "tiny_vocab_tied": TINY_VOCAB_TIED,
+               "llama_deep": LLAMA_DEEP, "llama_wide_tied": LLAMA_WIDE_TIED, "qwen2_moe_two_layers": QWEN2_MOE_TWO_LAYERS}
 
 
 def make_tokenizer(vocab_size: int = 300) -> Tokenizer:

@@ -17,6 +17,7 @@ from yggc.passes import quant_linear
 from yggc.passes.pipeline import CompileJob, compile_bundle
 
 from yggc.artifacts.cache_layout import causal_rows
+from yggc.bench.floor import streamed_verifier_bytes, weight_bytes
 from yggc.bundle import load_manifest
 from yggc.cli.main import main
 from yggc.plan.shape import TreeShape
@@ -83,6 +84,24 @@ def test_a_gguf_keeps_its_blocks_and_other_layers_stay_float(pair, tmp_path):
     assert quant_linear.weights_label(graph, "float32") == "q4_1 + float32 (1 layer)"
 
 
+# llama_gqa by hand: 2 layers of wqkv [64 + 32 + 32, 64], wo [64, 64], w13 [2 * 96, 64], w2 [64, 96], an untied
+# lm_head [301, 64]: blocks of 32 along each row; the embedding [301, 64] and 5 norms [64] stay float
+BLOCKS_PER_STEP = 2 * (128 * 2 + 64 * 2 + 192 * 2 + 64 * 3) + 301 * 2
+FLOAT_REST = 301 * 64 + 5 * 64
+BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
+
+
+def test_the_bench_floor_counts_the_bytes_each_format_streams(pair):
+    graph = load_model(pair[0], 64, torch.bfloat16)
+    assert weight_bytes(graph) == 2 * (BLOCKS_PER_STEP * 32 + FLOAT_REST)  # bf16 throughout
+    frozen = load_model(pair[0], 64, torch.bfloat16, weights=False)  # an O2 bundle's graph: no weights loaded
+    for fmt, size in BLOCK_BYTES.items():
+        quant_linear.load_blocks(graph, pair[0], fmt)
+        want = size * BLOCKS_PER_STEP + 2 * FLOAT_REST
+        assert weight_bytes(graph) == want
+        assert weight_bytes(frozen, quant_linear.block_formats(graph)) == want
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--weights", "q8_0", "--opt", "O1"], "--weights q8_0 streams blocks through yggc's CPU kernel, which O2 "
                                            "packages call; compile with --device cpu --opt O2 in one process, or use "
@@ -138,6 +157,12 @@ def test_the_verifier_package_calls_the_op_and_inspect_shows_the_format(bundle, 
     assert main(["inspect", str(bundle)]) == 0
     assert "dtype bfloat16, weights q8_0, opt O2" in capsys.readouterr().out
     assert json.loads((bundle / "manifest.json").read_text())["extra"]["weights"] == "q8_0"
+
+
+def test_the_bench_floor_of_a_quantized_bundle_counts_its_blocks(bundle):
+    rt = Runtime.load(bundle)
+    assert set(rt.manifest.block_formats.values()) == {"q8_0"} and len(rt.manifest.block_formats) == 9
+    assert streamed_verifier_bytes(rt) == BLOCK_BYTES["q8_0"] * BLOCKS_PER_STEP + 2 * FLOAT_REST
 
 
 @pytest.mark.parametrize("model, weights, streams, want", [

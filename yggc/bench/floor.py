@@ -18,7 +18,9 @@ from collections.abc import Callable
 import torch
 
 from ..artifacts.timing import median_ms
+from ..graphs import block_quant
 from ..runtime.autoregressive import AutoregressiveDecoder
+from ..runtime.runtime import Runtime
 from ..tree.sampling import SamplingParams
 from .model_cache import Models
 from .rows import Row, median, sampling_params
@@ -38,13 +40,28 @@ def copy_gbs(n_bytes: int, repeats: int = 7) -> float:
     return 8 * a.numel() / median_ms(lambda: b.copy_(a), repeats, warmup=2) / 1e6
 
 
-def weight_bytes(module: torch.nn.Module) -> int:
+def weight_bytes(module: torch.nn.Module, formats: dict[str, str] | None = None) -> int:
     """Parameter bytes (tied weights once); the KV cache buffers are not weights. A linear layer that streams blocks
-    (a graph's block_linears, passes/quant_linear.py) counts its blocks' bytes instead of its float weight's."""
-    blocks = getattr(module, "block_linears", None) or {}
-    replaced = {id(module.get_submodule(name).weight) for name in blocks}
-    return (sum(p.numel() * p.element_size() for p in module.parameters() if id(p) not in replaced)
-            + sum(b.blocks.numel() for b in blocks.values()))
+    counts the bytes of its blocks in their format (graphs/block_quant.py: 34 bytes per 32 weights for q8_0, 18 for
+    q4_0, 20 for q4_1) instead of its float weight's: the layers of `formats` ({layer: format}, e.g. a bundle's
+    manifest.block_formats), by default those of the module's block_linears (passes/quant_linear.py)."""
+    if formats is None:
+        formats = {name: b.fmt for name, b in (getattr(module, "block_linears", None) or {}).items()}
+    blocked = {id(module.get_submodule(name).weight): fmt for name, fmt in formats.items()}
+    total = 0
+    for p in module.parameters():  # each shared parameter once
+        fmt = blocked.get(id(p))
+        if fmt is None:
+            total += p.numel() * p.element_size()
+        else:
+            rows, cols = block_quant.block_shape(fmt, *p.shape)
+            total += rows * cols
+    return total
+
+
+def streamed_verifier_bytes(rt: Runtime) -> int:
+    """Of a loaded bundle's verifier, its layers counted in the formats the bundle's packages stream them in."""
+    return weight_bytes(rt.verifier.graph, rt.manifest.block_formats)
 
 
 def verifier_weight_bytes(m: Models) -> int:
@@ -53,7 +70,7 @@ def verifier_weight_bytes(m: Models) -> int:
     if "verifier" in loaded:
         return weight_bytes(loaded["verifier"].graph)
     if "runtime" in loaded:
-        return weight_bytes(loaded["runtime"].verifier.graph)
+        return streamed_verifier_bytes(loaded["runtime"])
     if "hf_verifier" in loaded:
         return weight_bytes(loaded["hf_verifier"])
     return weight_bytes(m.verifier.graph)

@@ -14,7 +14,7 @@ import torch
 
 from ..runtime.drafters import kind_of
 from ..runtime.runtime import Runtime
-from .floor import weight_bytes
+from .floor import streamed_verifier_bytes, weight_bytes
 
 PROMPT = "Write a haiku about rust."
 NEW_TOKENS = 64
@@ -32,7 +32,7 @@ def rss_mb() -> int:
 
 def bundle_weight_bytes(rt: Runtime) -> int:
     """The pair's parameter bytes, tied weights once; an EAGLE-3 head's token embedding is the verifier's."""
-    total = weight_bytes(rt.verifier.graph) + weight_bytes(rt.drafter.graph)
+    total = streamed_verifier_bytes(rt) + weight_bytes(rt.drafter.graph)
     return total - (weight_bytes(rt.drafter.graph.embed) if kind_of(rt.drafter).head else 0)
 
 

@@ -97,6 +97,12 @@ class Manifest:
         return self.extra.get("weights", self.dtype)
 
     @property
+    def block_formats(self) -> dict[str, str]:
+        """{verifier linear layer: block format} of the layers that stream blocks (extra.block_formats; empty where the
+        verifier's weights are all float)."""
+        return dict(self.extra.get("block_formats", {}))
+
+    @property
     def opt(self) -> OptLevel:
         """The optimisation level the bundle was compiled at (extra.opt; O1 where a bundle does not record one)."""
         return OptLevel(self.extra.get("opt", OptLevel.O1))

@@ -16,7 +16,9 @@
 // - per column, blocks in k order from zero, in float32: acc = acc + (d_w d_x) * dot, and for q4_1
 //   acc = acc + ((d_w d_x) * dot + (m_w d_x) * s).
 // The integer dots use AVX512-VNNI (VPDPBUSD) where the CPU has it, else AVX2 (VPMADDUBSW), else scalar code: the
-// dots are exact, and the float part is the same operations everywhere, so every build gives the same bits.
+// dots are exact, and the float part is the same operations everywhere, so every build gives the same bits. With VNNI
+// a tile of up to 8 rows keeps its dots and sums in registers over all of a group's blocks, each block's quants
+// loaded and unpacked once for the tile (tile_rows); the other builds take 4 rows per load of a block (group_rows).
 // -> out [M, N] float32.
 #include <torch/library.h>
 #include <ATen/ATen.h>
@@ -88,37 +90,16 @@ inline int32_t quad(const int8_t* q) {  // 4 consecutive int8 as one 32-bit word
   return w;
 }
 
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define YGGC_VNNI 1
+#else
+#define YGGC_VNNI 0
+#endif
+#if !YGGC_VNNI  // AVX2 and scalar builds: a row tile's dots, then its float sums, block by block (group_rows)
 // dot[r][j] = sum over the block's 32 k of column j's quant times row r's q[r][k], for R rows at once (one load of
 // the quants, R independent chains): q8_0 quants signed, q4 ones the nibbles 0..15. Exact, so any grouping of rows
 // gives the same sums.
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-template <int R>
-inline void block_dots(const uint8_t* quants, int64_t fmt, const int8_t* const* q, const int32_t* sum,
-                       int32_t (*dot)[kCols]) {
-  __m512i acc[2][R];  // two chains a row (even and odd words): VPDPBUSD's latency, not its throughput, binds one row
-  for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm512_setzero_si512();
-  if (fmt == kQ8_0) {  // VPDPBUSD takes unsigned bytes first: (w + 128) . q = w . q + 128 s
-    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    for (int t = 0; t < 8; ++t) {
-      const __m512i w = _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * t), flip);
-      for (int r = 0; r < R; ++r)
-        acc[t & 1][r] = _mm512_dpbusd_epi32(acc[t & 1][r], w, _mm512_set1_epi32(quad(q[r] + 4 * t)));
-    }
-    for (int r = 0; r < R; ++r) acc[0][r] = _mm512_sub_epi32(acc[0][r], _mm512_set1_epi32(128 * sum[r]));
-  } else {
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    for (int t = 0; t < 4; ++t) {
-      const __m512i w = _mm512_loadu_si512(quants + 64 * t);
-      const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
-      for (int r = 0; r < R; ++r) {
-        acc[0][r] = _mm512_dpbusd_epi32(acc[0][r], lo, _mm512_set1_epi32(quad(q[r] + 4 * t)));
-        acc[1][r] = _mm512_dpbusd_epi32(acc[1][r], hi, _mm512_set1_epi32(quad(q[r] + 16 + 4 * t)));
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r) _mm512_storeu_si512(dot[r], _mm512_add_epi32(acc[0][r], acc[1][r]));
-}
-#elif defined(__AVX2__)
+#if defined(__AVX2__)
 inline __m256i dot_words(__m256i u, __m256i s) {  // per 32-bit lane: sum of 4 products u8 * s8 (no saturation here)
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
@@ -247,6 +228,97 @@ void group_rows(const QuantRows& x, int64_t K, int64_t m0, int64_t rows, const u
   }
   for (int64_t r = 0; r < rows; ++r) std::copy(acc[r], acc[r] + cols, out + (m0 + r) * ldo);
 }
+#endif  // !YGGC_VNNI
+
+#if YGGC_VNNI
+// AVX512-VNNI, R rows at once over one group of columns, every block: the block's quants are loaded (and q4's nibbles
+// split) once for the R rows, and each row's integer dot and float sums stay in registers from the first block to the
+// last. The integer dots are exact whatever the order of their adds, and the float operations are add_block's (the
+// other builds'), in the same order, so every build gives the same bits, whatever R or the tile a row falls in.
+constexpr int kTileRows = 8;  // rows a tile keeps in registers: R int32 dots and R float sums, 16 columns each
+
+template <int64_t F, int R>
+void tile_rows(const QuantRows& x, int64_t K, int64_t m0, const uint8_t* group, float* out, int64_t ldo,
+               int64_t cols) {
+  const int64_t nb = K / kBlock, gb = group_bytes(F), sb = scale_bytes(F);
+  const int8_t* q[R];
+  const float* dx[R];
+  const int32_t* s[R];
+  for (int r = 0; r < R; ++r) q[r] = &x.q[(m0 + r) * K], dx[r] = &x.d[(m0 + r) * nb], s[r] = &x.s[(m0 + r) * nb];
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* g = group + b * gb;
+    const uint8_t* quants = g + sb;
+    __m512i dot[R];
+    for (int r = 0; r < R; ++r) dot[r] = _mm512_setzero_si512();
+    if constexpr (F == kQ8_0) {  // VPDPBUSD takes unsigned bytes first: (w + 128) . q = w . q + 128 s
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      for (int t = 0; t < 8; ++t) {
+        const __m512i w = _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * t), flip);
+        for (int r = 0; r < R; ++r)
+          dot[r] = _mm512_dpbusd_epi32(dot[r], w, _mm512_set1_epi32(quad(q[r] + b * kBlock + 4 * t)));
+      }
+      for (int r = 0; r < R; ++r) dot[r] = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(128 * s[r][b]));
+    } else {
+      const __m512i low = _mm512_set1_epi8(0x0F);
+      for (int t = 0; t < 4; ++t) {
+        const __m512i w = _mm512_loadu_si512(quants + 64 * t);
+        const __m512i lo = _mm512_and_si512(w, low), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low);
+        for (int r = 0; r < R; ++r) {
+          dot[r] = _mm512_dpbusd_epi32(dot[r], lo, _mm512_set1_epi32(quad(q[r] + b * kBlock + 4 * t)));
+          dot[r] = _mm512_dpbusd_epi32(dot[r], hi, _mm512_set1_epi32(quad(q[r] + b * kBlock + 16 + 4 * t)));
+        }
+      }
+      if constexpr (F == kQ4_0)
+        for (int r = 0; r < R; ++r) dot[r] = _mm512_sub_epi32(dot[r], _mm512_set1_epi32(8 * s[r][b]));
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));  // exact
+    for (int r = 0; r < R; ++r) {  // add_block's operations
+      const __m512 vdx = _mm512_set1_ps(dx[r][b]);
+      __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, vdx), _mm512_cvtepi32_ps(dot[r]));
+      if constexpr (F == kQ4_1) {
+        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + 2 * kCols)));
+        t = _mm512_add_ps(t, _mm512_mul_ps(_mm512_mul_ps(mw, vdx), _mm512_set1_ps(static_cast<float>(s[r][b]))));
+      }
+      acc[r] = _mm512_add_ps(acc[r], t);
+    }
+  }
+  const __mmask16 keep = static_cast<__mmask16>((1u << cols) - 1);
+  for (int r = 0; r < R; ++r) _mm512_mask_storeu_ps(out + (m0 + r) * ldo, keep, acc[r]);
+}
+
+template <int64_t F>
+void tile_group(const QuantRows& x, int64_t K, int64_t M, const uint8_t* group, float* out, int64_t ldo,
+                int64_t cols) {
+  for (int64_t m0 = 0; m0 < M; m0 += kTileRows) {
+    switch (std::min<int64_t>(kTileRows, M - m0)) {
+      case 8: tile_rows<F, 8>(x, K, m0, group, out, ldo, cols); break;
+      case 7: tile_rows<F, 7>(x, K, m0, group, out, ldo, cols); break;
+      case 6: tile_rows<F, 6>(x, K, m0, group, out, ldo, cols); break;
+      case 5: tile_rows<F, 5>(x, K, m0, group, out, ldo, cols); break;
+      case 4: tile_rows<F, 4>(x, K, m0, group, out, ldo, cols); break;
+      case 3: tile_rows<F, 3>(x, K, m0, group, out, ldo, cols); break;
+      case 2: tile_rows<F, 2>(x, K, m0, group, out, ldo, cols); break;
+      default: tile_rows<F, 1>(x, K, m0, group, out, ldo, cols); break;
+    }
+  }
+}
+
+// every row of x over one group of columns -> out (cols real columns)
+void group_all_rows(const QuantRows& x, int64_t K, int64_t M, const uint8_t* group, int64_t fmt, float* out,
+                    int64_t ldo, int64_t cols) {
+  if (fmt == kQ8_0) tile_group<kQ8_0>(x, K, M, group, out, ldo, cols);
+  else if (fmt == kQ4_0) tile_group<kQ4_0>(x, K, M, group, out, ldo, cols);
+  else tile_group<kQ4_1>(x, K, M, group, out, ldo, cols);
+}
+#else
+void group_all_rows(const QuantRows& x, int64_t K, int64_t M, const uint8_t* group, int64_t fmt, float* out,
+                    int64_t ldo, int64_t cols) {
+  for (int64_t m0 = 0; m0 < M; m0 += kRowTile)
+    group_rows(x, K, m0, std::min(kRowTile, M - m0), group, fmt, out, ldo, cols);
+}
+#endif
 
 }  // namespace
 
@@ -273,9 +345,7 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& packed, int64_t f
   const int64_t stride = packed.size(1) * packed.size(2);
   at::parallel_for(0, groups, 4, [&](int64_t begin, int64_t end) {  // 64 columns a grain
     for (int64_t g = begin; g < end; ++g)
-      for (int64_t m0 = 0; m0 < M; m0 += kRowTile)
-        group_rows(rows, K, m0, std::min(kRowTile, M - m0), wp + g * stride, format, op + g * kCols, n,
-                   std::min(kCols, n - g * kCols));
+      group_all_rows(rows, K, M, wp + g * stride, format, op + g * kCols, n, std::min(kCols, n - g * kCols));
   });
   return out;
 }
