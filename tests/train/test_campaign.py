@@ -93,3 +93,13 @@ def test_sampled_answers_answer_every_training_prompt_again_at_t1_and_travel_wit
                        "--init", str(folder / "head"))
     assert [s.ids for s in shards.read_samples(tmp_path / "new" / "data" / "train-t1")] == [s.ids for s in drawn]
     assert fresh["train_conversations"] == both["train_conversations"]
+
+
+def test_a_rebuilt_prompt_file_is_let_through_and_the_digests_decide():
+    data = {"target": "t", "dtype": "bfloat16", "chat_prompts_sha256": "a" * 64, "gen_batch": 32}
+    record = {"data": data, "runs": [], "best": None}
+    campaign.check_data(record, {**data, "chat_prompts_sha256": "b" * 64})  # other bytes: the import joins by digest
+    with pytest.raises(YggcError, match=r"chat_prompts_sha256 a+ -> None"):
+        campaign.check_data(record, {**data, "chat_prompts_sha256": None})  # no prompt set now: other data
+    with pytest.raises(YggcError, match="gen_batch 32 -> 64"):
+        campaign.check_data(record, {**data, "chat_prompts_sha256": "b" * 64, "gen_batch": 64})

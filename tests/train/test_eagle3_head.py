@@ -1,6 +1,7 @@
 """yggc train eagle3: the training-time test computes exactly what the runtime's draft steps compute; the
 reference conversations, the resume point, and a whole tiny run (resumed, and in bfloat16)."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,19 @@ def test_a_bfloat16_verifiers_features_are_cached_in_bfloat16_and_read_back_mapp
     for a, b in zip(computed, mapped, strict=True):
         assert len(a) == len(b) and a.loss_from == b.loss_from
         assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in features.FIELDS)
+
+
+def test_the_same_tensors_written_again_are_the_same_verifier(ckpt_root, tmp_path):
+    from safetensors.torch import save_file
+
+    folder = ckpt_root / "ttt_v"
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    weights = next(copy.glob("*.safetensors"))
+    tensors = load_file(str(weights))
+    save_file(dict(reversed(list(tensors.items()))), str(weights), metadata={"written": "elsewhere"})
+    assert weights.read_bytes() != next(folder.glob("*.safetensors")).read_bytes()
+    assert features.verifier_digest(copy) == features.verifier_digest(folder)
+    name = sorted(tensors)[0]
+    save_file({**tensors, name: tensors[name] + 1}, str(weights))
+    assert features.verifier_digest(copy) != features.verifier_digest(folder)

@@ -132,11 +132,21 @@ def read_record(src: Path) -> dict:
         raise YggcError(f"{path}: not a campaign record ({e}); restore it from git") from None
 
 
+REBUILT = "chat_prompts_sha256"  # a prompt file rebuilt on another machine may differ in bytes, not in prompts
+
+
 def check_data(record: dict, data: dict) -> None:
-    """YggcError where the campaign's answers were made from another prompt set, shard size or dtype than `data`."""
-    if record["data"] is not None and record["data"] != data:
-        changed = ", ".join(f"{k} {record['data'].get(k)} -> {v}" for k, v in data.items()
-                            if record["data"].get(k) != v)
+    """YggcError where the campaign's answers were made with another verifier, shard size, dtype or generation
+    settings than `data`, or with a prompt set where this run has none (or the other way round). Another file of
+    prompts is let through: each answer is joined to its prompt by the digest of the prompt's token ids, so import
+    refuses any shard whose prompts the file does not reproduce."""
+    if record["data"] is None:
+        return
+    old, new = record["data"], data
+    if (old.get(REBUILT) is None) == (new.get(REBUILT) is None):
+        old, new = {**old, REBUILT: None}, {**new, REBUILT: None}
+    if old != new:
+        changed = ", ".join(f"{k} {old.get(k)} -> {v}" for k, v in new.items() if old.get(k) != v)
         raise YggcError(f"the campaign's answers were made with other settings ({changed}); use the campaign's "
                         "--chat-prompts file, --gen-batch and --dtype, or another --campaign folder")
 

@@ -84,10 +84,20 @@ def extract(verifier: LlamaGraph, samples: list[Sample]) -> list[ConversationFea
 
 
 def verifier_digest(target: Path, dtype: str = "float32") -> str:
-    """sha256 over the verifier's config and weights files' sha256s, and the dtype it runs in where that is not
-    float32 (so float32 caches keep their names): what its features depend on (read once a run)."""
-    files = sorted(target.glob("*.safetensors")) + [target / "config.json"]
-    digest = hashlib.sha256("".join(f"{f.name}:{file_sha256(f)};" for f in files).encode()).hexdigest()
+    """sha256 over the verifier's config and its tensors (each one's name, dtype, shape and values, in name order),
+    and the dtype it runs in where that is not float32: what its features and answers depend on (read once a run).
+    The weights files' own bytes are not hashed: the same tensors written again (another header, another order, on
+    another machine) are the same verifier."""
+    from safetensors import safe_open
+
+    h = hashlib.sha256(f"config.json:{file_sha256(target / 'config.json')};".encode())
+    for path in sorted(target.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            for name in sorted(f.keys()):
+                t = f.get_tensor(name).contiguous()
+                h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
+                h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    digest = h.hexdigest()
     return digest if dtype == "float32" else f"{digest}:{dtype}"
 
 
