@@ -103,3 +103,16 @@ def test_a_rebuilt_prompt_file_is_let_through_and_the_digests_decide():
         campaign.check_data(record, {**data, "chat_prompts_sha256": None})  # no prompt set now: other data
     with pytest.raises(YggcError, match="gen_batch 32 -> 64"):
         campaign.check_data(record, {**data, "chat_prompts_sha256": "b" * 64, "gen_batch": 64})
+
+
+def test_a_splits_short_last_shard_is_imported_from_the_leading_prompts(tmp_path):
+    prompts = [[1, i] for i in range(7)]  # the split has 7 prompts; 5 were answered, 3 to a shard
+    answers = [[10 + i] for i in range(5)]
+    for index, (a, b) in enumerate([(0, 3), (3, 5)]):
+        campaign.write_shard(campaign.compact_shard(shard(prompts[a:b], answers[a:b])),
+                             tmp_path / "c" / "answers" / "heldout" / f"shard-{index:05d}.safetensors", {})
+    assert campaign.import_answers(tmp_path / "c", tmp_path / "data", {"heldout": prompts}, 3) == 2
+    back = shards.read_samples(tmp_path / "data" / "heldout")
+    assert [s.ids for s in back] == [p + a for p, a in zip(prompts, answers)]
+    with pytest.raises(YggcError, match="prompt 0 is not the one"):
+        campaign.import_answers(tmp_path / "c", tmp_path / "other", {"heldout": prompts[1:]}, 3)

@@ -114,7 +114,9 @@ def import_answers(src: Path, data_dir: Path, prompts: dict[str, list[list[int]]
         split, index = path.parent.name, int(path.stem.split("-")[1])
         out = shard_path(data_dir / split, index)
         if not out.is_file():
-            shard = expand_shard(load_file(str(path)), prompts.get(split, [])[index * batch:(index + 1) * batch],
+            compact = load_file(str(path))  # a split's last shard holds only the prompts that were asked for
+            first = index * batch
+            shard = expand_shard(compact, prompts.get(split, [])[first:first + len(compact["prompt_sha256"])],
                                  str(path))
             write_shard(shard, out, {"sampled": sampled_flag(path), "soft_labels": "none"})
             written += 1
