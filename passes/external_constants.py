@@ -24,15 +24,10 @@ from torch.export import ExportedProgram
 from ..artifacts.constants_map import ALIGN, LAYOUT_KEY, constants_path
 
 
-class OpaqueConstants(Exception):
-    """Raised in place of building a package whose constants cannot be written beside it (captured(stop=True))."""
-
-
 @contextmanager
-def captured(stop: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+def captured() -> Iterator[dict[str, torch.Tensor]]:
     """Inside the block, each package compile leaves {internal name: tensor} of its constants in the yielded dict
-    (cleared per compile: one package per block). With `stop`, a compile whose constants are not all storable
-    raises OpaqueConstants before its C++ is built."""
+    (cleared per compile: one package per block)."""
     found: dict[str, torch.Tensor] = {}
     compile_fn = AotCodeCompiler.__dict__["compile"]
 
@@ -40,8 +35,6 @@ def captured(stop: bool = False) -> Iterator[dict[str, torch.Tensor]]:
         found.clear()
         found.update((name, graph.get_original_value_of_constant(name)) for name in graph.constants
                      if name not in graph.folded_constants)
-        if stop and not all(map(storable, found.values())):
-            raise OpaqueConstants()
         return compile_fn.__func__(cls, graph, *args, **kwargs)
 
     AotCodeCompiler.compile = classmethod(compile_and_capture)
@@ -113,14 +106,10 @@ def write_constants(package: Path, constants: dict[str, torch.Tensor]) -> Path:
 def compile_beside(program: ExportedProgram, out_path: Path, config: dict) -> bool:
     """aoti_compile_and_package(program) under `config`, with the constants written beside the package -> True.
     Where Inductor chose oneDNN kernels whose packed weights are opaque tensors (an ATen GEMM on float32), it
-    compiles again with them inside the library -> False (the first compile stops before building its C++)."""
-    with captured(stop=True) as constants:
-        outside = {**config, "aot_inductor.package_constants_in_so": False}
-        try:
-            torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=outside)
-        except Exception:  # Inductor may wrap OpaqueConstants in its own error
-            if all(map(storable, constants.values())):
-                raise
+    compiles again with them inside the library -> False."""
+    with captured() as constants:
+        torch._inductor.aoti_compile_and_package(program, package_path=str(out_path),
+                                                 inductor_configs={**config, "aot_inductor.package_constants_in_so": False})
     if not constants:
         raise RuntimeError(f"{out_path.name}: Inductor handed over no constants to write beside the package")
     if not all(map(storable, constants.values())):

@@ -94,21 +94,16 @@ def test_a_damaged_constants_file_is_one_clear_error(package, tmp_path):
 
 
 @torch.no_grad()
-def test_opaque_onednn_weights_stay_inside_the_library(tmp_path, monkeypatch):
+def test_opaque_onednn_weights_stay_inside_the_library(tmp_path):
     """An ATen GEMM on float32 takes oneDNN-packed weights, whose layout is opaque: the package is compiled again
-    with its constants inside, and loads and computes as any other. The first compile stops at its constants, before
-    its C++ is built."""
-    from torch._inductor.codecache import AotCodeCompiler
+    with its constants inside, and loads and computes as any other."""
     from yggc.passes.lower import inductor_config
 
-    builds, build = [], AotCodeCompiler.__dict__["compile"]
-    monkeypatch.setattr(AotCodeCompiler, "compile",
-                        classmethod(lambda cls, *a, **kw: builds.append(1) or build.__func__(cls, *a, **kw)))
     module = torch.nn.Linear(96, 64).eval()
     x = torch.randn(8, 96)
     program = torch.export.export(module, (x,))
     path = tmp_path / "onednn.pt2"
     config = dict(inductor_config("O2", "cpu"), max_autotune_gemm_backends="ATEN")  # no C++ template to pick
     assert not external_constants.compile_beside(program, path, config)
-    assert not constants_path(path).exists() and len(builds) == 1
+    assert not constants_path(path).exists()
     assert torch.allclose(load_package(path)(x), module(x), atol=1e-5)
