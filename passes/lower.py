@@ -103,14 +103,13 @@ def compile_program(module: torch.nn.Module, inputs: tuple, dynamic: tuple | dic
     config = inductor_config(opt, device, sparse)
     cache = package_cache.active()  # the compile's (passes/package_cache.py); none outside one
     key = package_cache.program_key(program, config, device, weights_inside=opt == OptLevel.O2) if cache else ""
-    with cache.claimed(key) if cache else nullcontext():  # one lowering of a program at a time per cache
-        if cache is None or not cache.fetch(key, out_path):
-            if constants_beside(opt, device, sparse):
-                external_constants.compile_beside(program, out_path, config)
-            else:
-                torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=config)
-            if cache:
-                cache.store(key, out_path)
+    if cache is None or not cache.fetch(key, out_path):
+        if constants_beside(opt, device, sparse):
+            external_constants.compile_beside(program, out_path, config)
+        else:
+            torch._inductor.aoti_compile_and_package(program, package_path=str(out_path), inductor_configs=config)
+        if cache:
+            cache.store(key, out_path)
     if attend is kernel_ops.attend_rows:  # the packages call the op: the runtime loads it from beside them
         kernel_library.install_beside(out_path)
     return out_path

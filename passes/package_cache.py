@@ -9,13 +9,10 @@ them (a pair of one shape lowers each width once).
 
 The cache is ~/.cache/yggc/packages, or $YGGC_PACKAGE_CACHE ("off": none). An entry is a folder named by the
 key holding the files and entry.json with their sha256, written aside and renamed into place; a fetch checks
-the hashes and drops an entry that fails them. The least recently used entries go beyond MAX_BYTES. Compiles that
-reach one program at the same time (the ranks of a tensor-parallel compile) lower it once: the first holds the key's
-lock while it lowers, the others then fetch.
+the hashes and drops an entry that fails them. The least recently used entries go beyond MAX_BYTES.
 """
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import json
@@ -74,23 +71,6 @@ class PackageCache:
         os.utime(entry)  # recently used
         return True
 
-    @contextmanager
-    def claimed(self, key: str) -> Iterator[None]:
-        """Held while `key` is fetched or lowered: another compile after the same program meanwhile (the other rank
-        of a tensor-parallel compile, a second compile beside this one) waits, then fetches what this one stored
-        instead of lowering it too. An exclusive flock on a file beside the entries, let go when the process ends;
-        a folder that cannot take one leaves the compile unlocked."""
-        try:
-            fd = os.open(self.root / f".{key}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-        except OSError:
-            yield
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
     def store(self, key: str, out_path: Path) -> None:
         """Keep out_path and the constants file beside it (if any) under `key`. Where another compile stored the key
         first, out_path takes its package instead: a program lowered twice differs in bytes (its serialization id,
@@ -128,7 +108,6 @@ class PackageCache:
             total += sum(f.stat().st_size for f in entry.iterdir())
             if total > MAX_BYTES:
                 shutil.rmtree(entry, ignore_errors=True)
-                (self.root / f".{entry.name}.lock").unlink(missing_ok=True)
 
 
 _active: list[PackageCache] = []

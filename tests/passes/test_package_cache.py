@@ -1,6 +1,5 @@
 """The package cache: keyed by everything a package's bytes depend on, checked on the way out, bounded in size."""
 import os
-import threading
 
 import torch
 from yggc.passes import package_cache
@@ -94,40 +93,11 @@ def test_the_least_recently_used_entries_go_and_half_stored_ones_of_dead_compile
         cache.store(key, package_files(src, "v", bytes(100)))
         os.utime(root / key, (1000 + i, 1000 + i))
     cache.fetch("old", src / "o.pt2")  # used now: the most recent
-    with cache.claimed("mid"):  # its lock goes with it
-        pass
     (root / ".k.999999999").mkdir()  # half stored by a compile whose pid no process has
     entry = sum(f.stat().st_size for f in (root / "new").iterdir())
     monkeypatch.setattr(package_cache, "MAX_BYTES", 2 * entry + entry // 2)  # room for two entries
     cache.prune()
     assert sorted(p.name for p in root.iterdir()) == ["new", "old"]
-
-
-def test_a_program_being_lowered_is_fetched_by_the_compile_that_waited_for_it(tmp_path):
-    """The ranks of a tensor-parallel compile (or two compiles side by side) reach one program at once: the first to
-    claim its key lowers it while the other waits, then takes the stored package instead of lowering it again."""
-    root, src = tmp_path / "cache", tmp_path / "src"
-    root.mkdir()
-    src.mkdir()
-    first, second = PackageCache(root), PackageCache(root)
-    fetched = []
-
-    def other_compile():
-        with second.claimed("k"):
-            fetched.append(second.fetch("k", src / "b.pt2"))
-
-    with first.claimed("k"):
-        waiting = threading.Thread(target=other_compile)
-        waiting.start()
-        waiting.join(0.5)
-        assert waiting.is_alive() and not fetched  # held off while the key is claimed
-        assert not first.fetch("k", src / "a.pt2")
-        first.store("k", package_files(src, "a", b"lowered once"))
-    waiting.join(30)
-    assert fetched == [True] and second.hits == 1 and first.misses == 1
-    assert (src / "b.pt2").read_bytes() == b"lowered once"
-    with first.claimed("k"):  # let go once the holder is done
-        assert first.fetch("k", src / "c.pt2")
 
 
 def test_the_cache_folder_comes_from_the_environment(monkeypatch, tmp_path):
@@ -165,5 +135,3 @@ def test_a_cache_that_cannot_be_written_leaves_the_compile_alone(tmp_path):
     (tmp_path / "src").mkdir()
     cache.store("k", package_files(tmp_path / "src", "v", b"abc"))  # not kept, and no error
     assert not cache.fetch("k", tmp_path / "src" / "out.pt2")
-    with cache.claimed("k"):  # nor a lock
-        pass
