@@ -23,6 +23,8 @@ from yggc.cli.main import main
 from yggc.plan.shape import TreeShape
 from yggc.runtime import Runtime
 
+pytestmark = pytest.mark.slow  # compiles a bundle: scheduled first (tests/conftest.py)
+
 SHAPE = TreeShape(3, 2, 5)
 
 
