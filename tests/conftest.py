@@ -1,10 +1,14 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/checkpoints.py helpers
+# a user's `touch ~/.cache/yggc/train.pause` (pausing their own training run) must not pause the tests' training jobs
+os.environ["YGGC_TRAIN_PAUSE"] = str(Path(tempfile.gettempdir()) / f"yggc-tests-{os.getpid()}-no-pause")
 
 from checkpoints import CONFIGS, write_checkpoint  # noqa: E402
 from eager_bundle import write_eager_bundle  # noqa: E402
@@ -22,8 +26,6 @@ except ImportError:
 def package_cache_of_the_run(tmp_path_factory):
     """Compiles keep their packages in one folder of this test run (shared by the xdist workers: the parent of
     their base temp folders), never in the user's ~/.cache/yggc/packages."""
-    import os
-
     from yggc.passes import package_cache
 
     base = tmp_path_factory.getbasetemp()
