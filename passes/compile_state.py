@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import Field, dataclass, field, fields
 from types import SimpleNamespace
+from typing import Generic, TypeVar
 
 from ..artifacts.buckets import CompiledModel
 from ..bundle.manifest import BucketSpec
@@ -24,15 +25,29 @@ from .write_bundle import BundleWriter
 Log = Callable[[str], None]  # the progress callback: one line (a pass's is shown under the pass's number)
 
 
-@dataclass(frozen=True)
-class LoadedPair:
-    """The checked pair as the compile loaded it (the verifier a tensor-parallel rank's slice where --tp > 1)."""
-    verifier: LoadedModel
-    drafter: LoadedModel
+M = TypeVar("M")
+MODEL_NAMES = ("verifier", "drafter")  # the pair's models as bucket specs and the manifest name them
 
-    def items(self) -> Iterator[tuple[str, LoadedModel]]:
-        """(name, model), verifier first: the order the passes lower and copy them in."""
+
+@dataclass(frozen=True)
+class Pair(Generic[M]):
+    """One value per model of the pair; `pair[name]` reads it by the name a BucketSpec carries."""
+    verifier: M
+    drafter: M
+
+    def items(self) -> Iterator[tuple[str, M]]:
+        """(name, value), verifier first: the order the passes lower and copy the models in."""
         yield from (("verifier", self.verifier), ("drafter", self.drafter))
+
+    def __getitem__(self, name: str) -> M:
+        if name not in MODEL_NAMES:
+            raise KeyError(name)
+        return getattr(self, name)
+
+
+LoadedPair = Pair[LoadedModel]  # the checked pair as loaded (the verifier a tensor-parallel rank's slice, --tp > 1)
+Widths = Pair[list[int]]  # the forward widths lowered for each model (ascending; empty: no forward buckets)
+CompiledPair = Pair[CompiledModel]  # each model's forward buckets, loaded
 
 
 @dataclass(frozen=True)
@@ -53,13 +68,13 @@ class CompileState:
     log: Callable[[str], None]
     stack: ExitStack  # the open bundle writer and compiler choice, closed (or cleaned up) after the last pass
     head: bool = False  # the drafter kind's `head`: it drafts from the verifier's features (an EAGLE-3 head)
-    widths: dict[str, list[int]] = field(default_factory=dict)  # forward widths lowered before calibration
+    widths: Widths | None = None  # forward widths lowered before calibration
     loaded: LoadedPair | None = None
     writer: BundleWriter | None = None
     cxx: str = ""
     packages: package_cache.PackageCache | None = None  # lowered packages kept across compiles
     buckets: list[BucketSpec] = field(default_factory=list)
-    compiled: dict[str, CompiledModel] | None = None
+    compiled: CompiledPair | None = None
     shape: TreeShape | None = None
     plan: BundlePlan | None = None  # the calibrated plan; a fixed shape's is made by the stage-plan pass
     cal: Calibrated | None = None

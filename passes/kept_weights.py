@@ -18,11 +18,11 @@ from ..graphs.eagle3_checkpoint import (
 )
 from ..graphs.packed_table import PackedEmbedding, pack_table
 from . import tied_head
-from .compile_state import LoadedPair
+from .compile_state import LoadedPair, Widths
 from .write_bundle import BundleWriter
 
 
-def stores_weights(name: str, opt: OptLevel, widths: dict[str, list[int]]) -> bool:
+def stores_weights(name: str, opt: OptLevel, widths: Widths) -> bool:
     """Whether the bundle keeps model `name`'s safetensors: not where its O2 package carries the weights. Then an
     EAGLE-3 head keeps its feature fusion alone (keep_head_fusion), and beside a head the verifier keeps its token
     embedding alone (keep_head_embedding)."""

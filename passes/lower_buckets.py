@@ -12,7 +12,7 @@ from ..runtime.autoregressive import PREFILL_CHUNK
 from ..runtime.drafters import frozen_draft_runner, kind_of, speculative_decoder
 from ..runtime.speculative import SpeculativeDecoder
 from ..runtime.tp_processes import rank_world
-from .compile_state import LoadedPair
+from .compile_state import MODEL_NAMES, CompiledPair, LoadedPair, Widths
 from .drafter_lowering import lowering_of
 from .job import CompileJob
 from .lower import (
@@ -31,14 +31,14 @@ MODEL_PACKAGE_WIDTH = 64  # O2: widths 1..64 (or the widest bucket the job can a
 
 
 def bucket_widths(shape: TreeShape | None, probe: bool = False, head: bool = False,
-                  opt: str = "O1") -> dict[str, list[int]]:
+                  opt: str = "O1") -> Widths:
     """Widths each model is called at: prefill chunks, decode/draft steps, the head step, verify
     (and, before calibration, the probe widths that shape the cost curves). With an EAGLE-3 head only the
     verifier's 1-token step is a bucket: at O1 the head runs inside the compiled draft phase (eagerly around
     sampled drafting); at O2 its one package takes every width (a bucket at W = 1 records it); prefill and
     sampled verification run the verifier eagerly for its features."""
     if head:
-        return {"verifier": [1, *(PROBE_WIDTHS["verifier"] if probe else ())], "drafter": [1] if opt == "O2" else []}
+        return Widths([1, *(PROBE_WIDTHS["verifier"] if probe else ())], [1] if opt == "O2" else [])
     widths = {"verifier": {1, PREFILL_CHUNK}, "drafter": {1, HEAD_WIDTH, PREFILL_CHUNK}}
     if shape is not None:
         widths["verifier"].add(shape.verify + 1)
@@ -46,12 +46,12 @@ def bucket_widths(shape: TreeShape | None, probe: bool = False, head: bool = Fal
     if probe:
         for name, extra in PROBE_WIDTHS.items():
             widths[name].update(extra)
-    return {name: sorted(ws) for name, ws in widths.items()}
+    return Widths(sorted(widths["verifier"]), sorted(widths["drafter"]))
 
 
-def lowered_widths(buckets: list[BucketSpec]) -> dict[str, list[int]]:
-    return {name: sorted(b.width for b in buckets if b.model == name and b.kind == "forward")
-            for name in ("verifier", "drafter")}
+def lowered_widths(buckets: list[BucketSpec]) -> Widths:
+    return Widths(*(sorted(b.width for b in buckets if b.model == name and b.kind == "forward")
+                    for name in MODEL_NAMES))
 
 
 def forward_spec(name: str, width: int, file: str | None = None) -> BucketSpec:
@@ -81,7 +81,7 @@ def package_width(job: CompileJob) -> int:
     return widest
 
 
-def lower_model_packages(w: BundleWriter, loaded: LoadedPair, widths: dict[str, list[int]], job: CompileJob,
+def lower_model_packages(w: BundleWriter, loaded: LoadedPair, widths: Widths, job: CompileJob,
                          log) -> list[BucketSpec]:
     """O2: one package per model (lowered the first time the model is asked for) behind all its buckets."""
     buckets, drafter = [], loaded.drafter.graph
@@ -95,7 +95,7 @@ def lower_model_packages(w: BundleWriter, loaded: LoadedPair, widths: dict[str, 
     return buckets
 
 
-def lower_forward_buckets(w: BundleWriter, loaded: LoadedPair, widths: dict[str, list[int]], job: CompileJob,
+def lower_forward_buckets(w: BundleWriter, loaded: LoadedPair, widths: Widths, job: CompileJob,
                           log) -> list[BucketSpec]:
     if job.opt == "O2":
         return lower_model_packages(w, loaded, widths, job, log)
@@ -158,7 +158,7 @@ def forward_packages(root: Path, buckets: list[BucketSpec], model: str) -> dict[
     return {b.width: root / b.file for b in buckets if b.model == model and b.kind == "forward"}
 
 
-def compiled_decoder(root: Path, loaded: LoadedPair, compiled: dict[str, CompiledModel], buckets: list[BucketSpec],
+def compiled_decoder(root: Path, loaded: LoadedPair, compiled: CompiledPair, buckets: list[BucketSpec],
                      shape: TreeShape, job: CompileJob) -> SpeculativeDecoder:
     """The decoder the runtime will build from these buckets (for profiling)."""
     if job.opt == "O2":  # the draft phase's package where the drafter's kind has one, else eager phases
@@ -166,11 +166,11 @@ def compiled_decoder(root: Path, loaded: LoadedPair, compiled: dict[str, Compile
         drafts = {(b.depth, b.width): b for b in buckets if b.kind == "draft_phase"}
         draft = drafts.get((shape.depth, shape.width))
         runner = draft and frozen_draft_runner(root / draft.file, d, shape, v.cfg.vocab_size)
-        return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded.verifier.layout, shape,
+        return speculative_decoder(compiled.verifier, compiled.drafter, loaded.verifier.layout, shape,
                                    draft_phase=runner)
     draft, verify = (next(b for b in buckets if b.kind == kind) for kind in ("draft_phase", "verify_phase"))
     v, d = loaded.verifier.graph, loaded.drafter.graph
     draft_runner = load_bucket(root / draft.file, kind_of(d).draft_phase(d, shape, v.cfg.vocab_size, job.max_seq))
     verify_runner = load_bucket(root / verify.file, kind_of(d).verify_phase(v, shape))
-    return speculative_decoder(compiled["verifier"], compiled["drafter"], loaded.verifier.layout, shape,
+    return speculative_decoder(compiled.verifier, compiled.drafter, loaded.verifier.layout, shape,
                                draft_phase=draft_runner, verify_phase=verify_runner)

@@ -18,7 +18,6 @@ from pathlib import Path
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..artifacts.buckets import CompiledModel
 from ..bundle.machine import device_kind
 from ..bundle.manifest import OptLevel
 from ..errors import YggcError
@@ -42,7 +41,7 @@ from ..runtime.tp_processes import verifier_loader
 from . import package_cache, quant_linear
 from .calibrate import calibrate
 from .choose_shape import candidate_shapes, checked_plan, checked_sampling_plan, choose_shape, sampling_plan
-from .compile_state import FIELD, Calibrated, CompilePass, CompileState, LoadedPair, Log
+from .compile_state import FIELD, Calibrated, CompilePass, CompiledPair, CompileState, LoadedPair, Log, Widths
 from .contention import contention_line, measure_until_quiet
 from .decode_check import check_prompts, decode_check
 from .drafter_lowering import lowering_of, lowering_of_folder
@@ -81,23 +80,22 @@ __all__ = ["CompileJob", "compile_bundle", "PASSES"]
 GLUE_PROBE = TreeShape(2, 2, 3)
 
 
-def calibrated_shape(loaded: LoadedPair, compiled: dict[str, CompiledModel], job: CompileJob, log) -> Calibrated:
+def calibrated_shape(loaded: LoadedPair, compiled: CompiledPair, job: CompileJob, log) -> Calibrated:
     """Profile the forward buckets, decode the calibration text, rank shapes."""
     spec, layout = job.calib, loaded.verifier.layout
     if loaded.verifier.tokenizer is None:
         raise YggcError(f"{job.verifier_dir} has no tokenizer.json, which --calib needs to read the text")
-    widths = {name: sorted(m.runners) for name, m in compiled.items()}
-    lowering = lowering_of(compiled["drafter"])  # an EAGLE-3 head's steps through its O2 package if it has one
-    timed = {**compiled, "drafter": lowering.profiled_drafter(compiled["drafter"])}
-    if lowering.probe_widths:  # a drafter without forward buckets: its steps at these widths
-        widths["drafter"] = list(lowering.probe_widths)
+    lowering = lowering_of(compiled.drafter)  # an EAGLE-3 head's steps through its O2 package if it has one
+    timed = replace(compiled, drafter=lowering.profiled_drafter(compiled.drafter))
+    widths = Widths(sorted(compiled.verifier.runners),  # a drafter without forward buckets: its probe widths
+                    list(lowering.probe_widths) or sorted(compiled.drafter.runners))
     forward = profile_forward(timed, widths, layout, job.profile_repeats)
     log("profiled the forward buckets")
-    samples, record = calibrate(compiled["verifier"], compiled["drafter"], layout, loaded.verifier.tokenizer,
+    samples, record = calibrate(compiled.verifier, compiled.drafter, layout, loaded.verifier.tokenizer,
                                 spec, log)
     candidates = candidate_shapes(samples, spec.max_depth, spec.pin_depth, spec.pin_verify)
     largest = max(candidates, key=lambda s: (s.n_nodes, s.verify))  # host stages priced at their dearest
-    host = host_stage_ms(largest, loaded.verifier.graph.cfg.vocab_size, job.profile_repeats, compiled["verifier"])
+    host = host_stage_ms(largest, loaded.verifier.graph.cfg.vocab_size, job.profile_repeats, compiled.verifier)
     phases = None
     if job.opt == OptLevel.O2:  # time a small shape's phases whole for the host glue, drafting as the runtime will
         probe = GLUE_PROBE if spec.max_depth >= GLUE_PROBE.depth else TreeShape(1, 2, 2)
@@ -113,7 +111,7 @@ def calibrated_shape(loaded: LoadedPair, compiled: dict[str, CompiledModel], job
     log(f"chose {shape} "
         f"(estimated {plan.objective.speedup:.2f}x)")
     if spec.temperature > 0:  # a second plan, for sampling at that temperature
-        sampled, record["sampling"] = calibrate(compiled["verifier"], compiled["drafter"], layout,
+        sampled, record["sampling"] = calibrate(compiled.verifier, compiled.drafter, layout,
                                                 loaded.verifier.tokenizer, spec, log, sampled=True)
         plan = replace(plan, sampling=sampling_plan(sampled, record["sampling"], costs, spec))
         best = plan.sampling.shape
@@ -152,12 +150,12 @@ def load_checked_pair(job: CompileJob) -> LoadedPair:
 
 
 def decode_checked(plan: BundlePlan, profile: Profile, decoder: SpeculativeDecoder, loaded: LoadedPair,
-                   compiled: dict[str, CompiledModel], job: CompileJob, log) -> BundlePlan:
+                   compiled: CompiledPair, job: CompileJob, log) -> BundlePlan:
     """The plan after the decode checks (passes/decode_check.py): the greedy tree's alone (what the estimate is
     checked against) and, on a CPU and one process, with the text's suffix branches (what greedy requests decode by
     default, so the greedy verdict follows it); then the sampling plan's at the calibrated temperature."""
     layout = loaded.verifier.layout
-    ar, prompts = AutoregressiveDecoder(compiled["verifier"], layout), check_prompts(loaded.verifier.tokenizer, job.calib)
+    ar, prompts = AutoregressiveDecoder(compiled.verifier, layout), check_prompts(loaded.verifier.tokenizer, job.calib)
     decoded = decode_check(decoder, ar, prompts)
     log(f"decoded calibration text: {plan.shape.depth}x{plan.shape.width}x{plan.shape.verify} at "
         f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
@@ -169,7 +167,7 @@ def decode_checked(plan: BundlePlan, profile: Profile, decoder: SpeculativeDecod
     plan = checked_plan(plan, profile, decoded, log, with_suffix)
     if plan.sampling is not None:
         shape = plan.sampling.shape
-        sampled = speculative_decoder(compiled["verifier"], compiled["drafter"], layout, shape)
+        sampled = speculative_decoder(compiled.verifier, compiled.drafter, layout, shape)
         decoded = decode_check(sampled, ar, prompts, temperature=job.calib.temperature)
         log(f"decoded calibration text at T={job.calib.temperature:g}: {shape.depth}x{shape.width}x{shape.verify} at "
             f"{decoded.tree_tpot_ms:.3f} ms/token, the verifier alone at {decoded.ar_tpot_ms:.3f}")
@@ -213,9 +211,9 @@ def lower_pass(s: CompileState, log: Log) -> None:
     if device_kind(job.device) == "cuda" and job.backend != "tensorrt" and s.buckets:
         probe_load(s.writer.root / s.buckets[0].file, "cuda")  # a loader crash is one line, not a dead compile
     width, drafter = package_width(job) if job.opt == OptLevel.O2 else 0, s.loaded.drafter.graph
-    s.compiled = {name: compiled_model(name, m.graph, forward_packages(s.writer.root, s.buckets, name), drafter,
-                                       job.opt, job.backend, width)
-                  for name, m in s.loaded.items()}
+    s.compiled = CompiledPair(*(compiled_model(name, m.graph, forward_packages(s.writer.root, s.buckets, name),
+                                               drafter, job.opt, job.backend, width)
+                                for name, m in s.loaded.items()))
 
 
 def calibrate_pass(s: CompileState, log: Log) -> None:
@@ -233,9 +231,9 @@ def plan_buckets_pass(s: CompileState, log: Log) -> str | None:
     shapes = [s.shape]
     if s.plan.sampling is not None:  # the sampling plan's verify and draft widths too (O1: eager otherwise)
         shapes.append(s.plan.sampling.shape)
-    wanted = {name: sorted({w for shape in shapes for w in bucket_widths(shape, head=s.head, opt=s.job.opt)[name]})
-              for name in s.compiled}
-    missing = {name: [x for x in ws if x not in s.compiled[name].runners] for name, ws in wanted.items()}
+    wanted = [bucket_widths(shape, head=s.head, opt=s.job.opt) for shape in shapes]
+    missing = Widths(*(sorted({w for ws in wanted for w in ws[name]} - set(model.runners))
+                       for name, model in s.compiled.items()))
     lowered = []  # what lowering said: nothing when the packages serve every width already
     added = lower_forward_buckets(s.writer, s.loaded, missing, s.job, lambda msg: (lowered.append(msg), log(msg)))
     for name, model in s.compiled.items():
@@ -257,7 +255,7 @@ def frozen_phase_pass(s: CompileState, log: Log) -> None:
 def profile_pass(s: CompileState, log: Log) -> str:
     """Profile every stage, again while other programs take CPU time (passes/contention.py)."""
     s.decoder = compiled_decoder(s.writer.root, s.loaded, s.compiled, s.buckets, s.shape, s.job)
-    timed = {**s.compiled, "drafter": lowering_of(s.compiled["drafter"]).profiled_drafter(s.compiled["drafter"])}
+    timed = replace(s.compiled, drafter=lowering_of(s.compiled.drafter).profiled_drafter(s.compiled.drafter))
 
     widths = lowered_widths(s.buckets)
 
@@ -266,7 +264,7 @@ def profile_pass(s: CompileState, log: Log) -> str:
         keeps only what it cannot time itself (an EAGLE-3 head's eager steps, which have no bucket)."""
         reuse = s.cal.forward if s.cal else None
         if reuse and not first:
-            reuse = {name: entry for name, entry in reuse.items() if not widths.get(name)}
+            reuse = {name: entry for name, entry in reuse.items() if not widths[name]}
         return profile_models(timed, widths, s.loaded.verifier.layout, s.shape, s.job.profile_repeats, log,
                               s.decoder, reuse)
 

@@ -19,6 +19,7 @@ from ..runtime.speculative import SpeculativeDecoder
 from ..tree.prune import prune_topk
 from ..tree.token_tree import TokenTree, tree_mask
 from ..tree.verification import verify_greedy
+from .compile_state import Pair, Widths
 
 # Where one package serves any width (O2), these widths are timed as well: a sparse verifier's cost follows
 # the experts its rows activate (MoESD's N(t)), and every model's GEMMs step up one row past a block of rows:
@@ -113,10 +114,10 @@ class HeadSteps:
         return self.head(input_ids, feature, position_ids, cache_slots, attn_mask)
 
 
-def drafter_steps(models: dict, widths: dict[str, list[int]]):
+def drafter_steps(models: Pair, widths: Widths):
     """The forward the profile times the drafter's steps with (an EAGLE-3 head's HeadSteps, or the drafter), or None
     where it has no forward widths and its draft phase alone prices its steps."""
-    return models["drafter"] if widths.get("drafter") else None
+    return models.drafter if widths.drafter else None
 
 
 def phase_latency_ms(decoder: SpeculativeDecoder, context: int, repeats: int, drafter=None) -> PhaseTimes:
@@ -154,7 +155,7 @@ def phase_profile(decoder: SpeculativeDecoder, repeats: int, drafter=None) -> Ph
     return phase_latency_ms(decoder, profile_context(decoder.layout), repeats, drafter)
 
 
-def profile_forward(models: dict, widths: dict[str, list[int]], layout: CacheLayout, repeats: int = 20,
+def profile_forward(models: Pair, widths: Widths, layout: CacheLayout, repeats: int = 20,
                     log=None, measured: dict[str, ModelTimes] | None = None) -> dict[str, ModelTimes]:
     """Per model: measured ms of every bucket width and the roofline curve fitted to them. Widths
     already in `measured` (an earlier profile_forward result) are taken from it, not timed again."""
@@ -190,15 +191,15 @@ def context_cost(model, bucket_ms: dict[int, float], layout: CacheLayout, repeat
     return ContextTimes((short, long), ms, share)
 
 
-def profile_models(models: dict, widths: dict[str, list[int]], layout: CacheLayout, shape: TreeShape,
+def profile_models(models: Pair, widths: Widths, layout: CacheLayout, shape: TreeShape,
                    repeats: int = 20, log=None, decoder: SpeculativeDecoder | None = None,
                    measured: dict[str, ModelTimes] | None = None) -> Profile:
     """Every stage's profile (profile.json): the models' buckets, the verifier at a long context, the host stages
     and, given the decoder, its phases."""
     forward = profile_forward(models, widths, layout, repeats, log, measured)
-    long_context = (context_cost(models["verifier"], forward["verifier"].bucket_ms, layout, repeats)
+    long_context = (context_cost(models.verifier, forward["verifier"].bucket_ms, layout, repeats)
                     if "verifier" in forward else None)
-    host = host_stage_ms(shape, models["verifier"].cfg.vocab_size, repeats, models["verifier"])
+    host = host_stage_ms(shape, models.verifier.cfg.vocab_size, repeats, models.verifier)
     phases = phase_profile(decoder, repeats, drafter_steps(models, widths)) if decoder is not None else None
-    device = cuda_properties() if model_device(models["verifier"]).type == "cuda" else None
+    device = cuda_properties() if model_device(models.verifier).type == "cuda" else None
     return Profile.measured(profile_context(layout), forward, host, long_context, phases, device)

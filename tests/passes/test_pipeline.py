@@ -53,8 +53,19 @@ def test_passes_declare_fields_of_the_compile_state():
     assert FIELD.profile.type == "Profile | None" and FIELD.loaded.type == "LoadedPair | None"
 
 
-def test_the_compile_state_holds_no_untyped_dict():
-    """No field is a bare dict or a list of dicts: the pair, the buckets and the profile are typed objects."""
+def test_the_compile_state_holds_no_dict():
+    """No field is a dict or a list of dicts: the pair, its widths and compiled models, the buckets and the profile
+    are typed objects."""
     for f in fields(CompileState):
-        assert f.type.split(" |")[0] not in ("dict", "list[dict]"), f.name
+        assert not f.type.startswith(("dict", "list[dict")), f.name
+    assert FIELD.widths.type == "Widths | None" and FIELD.compiled.type == "CompiledPair | None"
     assert FIELD.buckets.type == "list[BucketSpec]"
+
+
+def test_a_pair_reads_its_models_by_the_names_buckets_carry():
+    from yggc.passes.compile_state import Widths
+    widths = Widths([1, 8], [])
+    assert [name for name, _ in widths.items()] == ["verifier", "drafter"]
+    assert widths["verifier"] == [1, 8] and widths["drafter"] == []
+    with pytest.raises(KeyError):
+        widths["head"]

@@ -214,6 +214,7 @@ def test_recorded_trees_sit_on_the_verifiers_own_continuation(tmp_path):
 
 
 def test_forward_profile_reuses_earlier_measurements():
+    from yggc.passes.compile_state import Pair, Widths
     from yggc.passes.profile import profile_forward
 
     class Counting(torch.nn.Linear):
@@ -226,7 +227,7 @@ def test_forward_profile_reuses_earlier_measurements():
             self.widths.append(ids.shape[0])
 
     model = Counting()
-    out = profile_forward({"verifier": model}, {"verifier": [1, 4]}, CacheLayout(64), repeats=3,
+    out = profile_forward(Pair(model, None), Widths([1, 4], []), CacheLayout(64), repeats=3,
                           measured={"verifier": ModelTimes({1: 5.0, 8: 9.0})})
     assert set(model.widths) == {4}  # only the new width is timed
     assert out["verifier"].bucket_ms[1] == 5.0 and set(out["verifier"].bucket_ms) == {1, 4, 8}
