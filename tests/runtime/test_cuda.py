@@ -99,7 +99,7 @@ def test_a_cuda_compile_test_loads_one_package_in_a_child_before_loading_any_in_
 
     monkeypatch.setattr(pipeline, "probe_load", crashing_probe)
     monkeypatch.setattr(pipeline, "loadable_compiler", lambda device, log: "g++")  # tests/passes/test_toolchain.py
-    monkeypatch.setattr(pipeline, "CompiledModel", lambda *a, **k: pytest.fail("loaded a package in-process"))
+    monkeypatch.setattr(pipeline, "compiled_model", lambda *a, **k: pytest.fail("loaded a package in-process"))
     out = tmp_path / "b"
     with pytest.raises(YggcError, match="killed a test process"):
         pipeline.compile_bundle(pipeline.CompileJob(*demo_pair_dirs(), out, TreeShape(2, 2, 2), device="cuda"),
