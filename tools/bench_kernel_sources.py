@@ -3,8 +3,8 @@
 
 A change to the kernels in yggc/artifacts/kernels moves a verify call by tenths of a ms, while a shared VM's speed
 drifts by more than that between processes. So both builds go into one library: OLD's sources compiled with their
-namespace renamed (-Dyggc=yggc_old), NEW's as they are, and the ops that dominate a verify call (SWITCHED)
-registered as switches between the two. The package is lowered once (its graph does not depend on these sources),
+namespace renamed (-Dyggc=yggc_old; only OLD_UNITS, the files the switched ops need), NEW's as they are, and the ops
+that dominate a verify call (SWITCHED) registered as switches between the two. The package is lowered once (its graph does not depend on these sources),
 its logits must be equal under both builds (a kernel may change speed, never bits), then the builds and widths take
 turns call by call. Printed: ms per call (the best of 3 round medians, as bench_verify_packages.py) and the median
 of NEW - OLD over adjacent call pairs.
@@ -40,6 +40,9 @@ SWITCHED = {
     "tied_head_v2": ('"tied_head_v2(Tensor x, Tensor packed, int vocab) -> Tensor", &yggc::tied_head);',
                      '"tied_head_v2(Tensor x, Tensor packed, int vocab) -> Tensor", &switch_tied_head);'),
 }
+# OLD's sources that define the SWITCHED ops and what they call (attend_rows.cpp calls pair_scores.cpp's kernels):
+# the other kernels run NEW's build either way, so OLD's copies of them are not compiled
+OLD_UNITS = ("attend_rows.cpp", "pair_scores.cpp", "tied_head.cpp")
 SWITCHES = """
 namespace yggc_old {
 at::Tensor attend_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& mask);
@@ -78,8 +81,8 @@ def build(old: Path, new: Path, out: Path, work: Path) -> None:
     command = kernel_library.compile_command((), out)
     flags, libs = command[:command.index("-o")], command[command.index("-o") + 2:]
     (work / REGISTER).write_text(switched_register_ops((new / REGISTER).read_text()))
-    units = [(src, work / f"old_{src.stem}.o", ["-Dyggc=yggc_old"]) for src in sorted(old.glob("*.cpp"))
-             if src.name != REGISTER]
+    units = [(old / name, work / f"old_{Path(name).stem}.o", ["-Dyggc=yggc_old"]) for name in OLD_UNITS
+             if (old / name).is_file()]  # an older tree may predate one
     units += [(src, work / f"new_{src.stem}.o", []) for src in sorted(new.glob("*.cpp")) if src.name != REGISTER]
     units.append((work / REGISTER, work / "register.o", []))
 
@@ -92,10 +95,12 @@ def build(old: Path, new: Path, out: Path, work: Path) -> None:
             if done.returncode != 0:
                 raise SystemExit(f"bench_kernel_sources: g++ failed on {src}: "
                                  f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    linked = subprocess.run(["g++", "-shared", "-fopenmp", *(str(obj) for _, obj, _ in units), "-o", str(out),
-                             *libs], capture_output=True, text=True)
+    linked = subprocess.run(["g++", "-shared", "-fopenmp", "-Wl,--no-undefined", *(str(obj) for _, obj, _ in units),
+                             "-o", str(out), *libs], capture_output=True, text=True)
     if linked.returncode != 0:
-        raise SystemExit(f"bench_kernel_sources: linking failed: {(linked.stderr.strip().splitlines() or ['?'])[-1]}")
+        missing = "yggc_old::" in linked.stderr  # OLD's switched ops call a function of a file not in OLD_UNITS
+        raise SystemExit(f"bench_kernel_sources: linking failed: {(linked.stderr.strip().splitlines() or ['?'])[-1]}"
+                         + ("; add the file that defines it to OLD_UNITS" if missing else ""))
 
 
 def time_builds(args, package: Path, library: Path) -> None:
