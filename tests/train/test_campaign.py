@@ -116,3 +116,20 @@ def test_a_splits_short_last_shard_is_imported_from_the_leading_prompts(tmp_path
     assert [s.ids for s in back] == [p + a for p, a in zip(prompts, answers)]
     with pytest.raises(YggcError, match="prompt 0 is not the one"):
         campaign.import_answers(tmp_path / "c", tmp_path / "other", {"heldout": prompts[1:]}, 3)
+
+
+def test_a_resumed_run_starts_from_its_own_warm_start(tmp_path):
+    """A run resumed from its saved state rebuilds its head from the head it was warm-started from (the saved rows'
+    draft vocabulary), not from a vocabulary counted from the data; a warm start that is gone is one line."""
+    from yggc.train.campaign import saved_warm_start
+
+    head, state = tmp_path / "head", tmp_path / "state" / "state.json"
+    head.mkdir()
+    state.parent.mkdir()
+    state.write_text(json.dumps({"step": 9, "recipe": {"seed": 0, "init": str(head)}}))
+    assert saved_warm_start(state) == head
+    state.write_text(json.dumps({"step": 9, "recipe": {"seed": 0}}))
+    assert saved_warm_start(state) is None
+    state.write_text(json.dumps({"step": 9, "recipe": {"init": str(tmp_path / "gone")}}))
+    with pytest.raises(YggcError, match="warm-started from .*gone, which is gone; restore it or pass --no-resume"):
+        saved_warm_start(state)

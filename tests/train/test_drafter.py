@@ -196,3 +196,22 @@ def test_a_state_made_from_other_settings_is_not_resumed(target, corpus, tmp_pat
     state = json.loads((tmp_path / "a" / ".state" / "drafter" / "state.json").read_text())
     assert state["step"] == 1  # left as it was
     assert run(target, corpus, tmp_path / "a", "--seed", "1", "--no-resume")["drafter"]  # starting over is allowed
+
+
+def test_a_state_past_the_runs_last_step_is_refused_not_evaluated(tmp_path):
+    """Resuming a saved run at step 5 with 3 steps asked trains nothing: the job stops with one line instead of
+    evaluating and recording the saved weights as this run's."""
+    from yggc.train.loop import distill_steps, save_state
+    from yggc.train.options import RunSettings
+    from yggc.train.presets import TrainHParams
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    save_state(tmp_path, model, opt, {"step": 5, "train_seconds": 0.0})
+    settings = RunSettings(threads=1, seed=0, max_minutes=None, stop_after=None, ckpt_every=10, resume=True)
+    hp = TrainHParams(batch_size=1, lr=1e-3, warmup_steps=0, minutes=1.0)
+    with pytest.raises(YggcError, match="at step 5, past this run's 3 steps; raise --steps"):
+        distill_steps("eagle3", model, opt, {"step": 0, "train_seconds": 0.0}, 3, hp, tmp_path, settings,
+                      lambda meta: pytest.fail("trained a step"))
+    assert distill_steps("eagle3", model, opt, {"step": 0, "train_seconds": 0.0}, 5, hp, tmp_path,
+                         settings, lambda meta: pytest.fail("trained a step"))["step"] == 5  # done: resumes as done

@@ -194,7 +194,7 @@ def campaign_data(options: Eagle3Options, target: Path, preset: Eagle3Preset) ->
 
 def open_campaign(options: Eagle3Options, target: Path, out: Path, preset: Eagle3Preset) -> tuple[dict, Path | None]:
     """--campaign DIR: its record (checked against this run's data settings), its answers imported into the work
-    folder, and the head to start from: --init, else DIR's head where this machine has no saved state of the run."""
+    folder, and the head to start from: --init, else the warm start of the run this machine resumes, else DIR's head."""
     data = campaign_data(options, target, preset)
     record = read_record(options.campaign)
     check_data(record, data)
@@ -206,11 +206,24 @@ def open_campaign(options: Eagle3Options, target: Path, out: Path, preset: Eagle
     imported = import_answers(options.campaign, out / "data", prompts, data["gen_batch"])
     state = out / ".state" / f"eagle3-{preset.name}" / "state.json"
     init = options.init
-    if init is None and (options.campaign / "head").is_dir() and (not options.run.resume or not state.is_file()):
+    if init is None and options.run.resume and state.is_file():  # the saved run's warm start: its draft vocabulary
+        init = saved_warm_start(state)
+    elif init is None and (options.campaign / "head").is_dir():
         init = options.campaign / "head"
     log("eagle3", f"campaign {options.campaign}: {imported} answer shards imported"
         + (f", warm start from {init}" if init else ""))
     return record, init
+
+
+def saved_warm_start(state: Path) -> Path | None:
+    """The head a saved run was warm-started from (its recipe's "init"), None for a fresh head. A resumed run rebuilds
+    its head from it before the saved weights load: the draft vocabulary (which verifier token each LM head row is)
+    comes from that head, not from the data, so the saved rows keep their tokens."""
+    init = json.loads(state.read_text()).get("recipe", {}).get("init")
+    if init is not None and not Path(init).is_dir():
+        raise YggcError(f"{state.parent} holds a run warm-started from {init}, which is gone; restore it or pass "
+                        "--no-resume to start over")
+    return None if init is None else Path(init)
 
 
 def close_campaign(options: Eagle3Options, target: Path, out: Path, preset: Eagle3Preset, record: dict,

@@ -346,6 +346,9 @@ def distill_steps(job: str, model: torch.nn.Module, opt: torch.optim.Optimizer, 
     if (state_dir / "state.json").is_file() and settings.resume:
         check_recipe(job, state_dir, meta.get("recipe"))
         meta = {**load_state(state_dir, model, opt), "recipe": meta.get("recipe")}
+        if meta["step"] > total:  # nothing would train, and the saved weights are not what `total` steps make
+            raise YggcError(f"{state_dir} holds a {job} run at step {meta['step']}, past this run's {total} steps; "
+                            "raise --steps (and --decay) to train on, or pass --no-resume to start over")
         log(job, f"resumed at step {meta['step']}")
     lr = lr or (lambda s: lr_at(s, total, hp))
     start, t0, stop, saved_at = meta["step"], time.time(), None, time.time()
