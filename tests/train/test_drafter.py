@@ -215,3 +215,14 @@ def test_a_state_past_the_runs_last_step_is_refused_not_evaluated(tmp_path):
                       lambda meta: pytest.fail("trained a step"))
     assert distill_steps("eagle3", model, opt, {"step": 0, "train_seconds": 0.0}, 5, hp, tmp_path,
                          settings, lambda meta: pytest.fail("trained a step"))["step"] == 5  # done: resumes as done
+
+
+def test_a_state_warm_started_from_a_head_is_not_resumed_without_it(tmp_path):
+    """A setting the saved run had and this run lacks (its warm start) differs as much as a changed one: resuming
+    without the head would pair the saved rows with another draft vocabulary."""
+    from yggc.train.loop import check_recipe
+
+    (tmp_path / "state.json").write_text(json.dumps({"step": 3, "recipe": {"seed": 0, "init": "/heads/a"}}))
+    with pytest.raises(YggcError, match=r"other data or settings \(init /heads/a -> None\); pass --no-resume"):
+        check_recipe("eagle3", tmp_path, {"seed": 0})
+    check_recipe("eagle3", tmp_path, {"seed": 0, "init": "/heads/a"})  # the same run resumes

@@ -312,7 +312,8 @@ def check_recipe(job: str, state_dir: Path, recipe: dict | None) -> None:
     saved = json.loads((state_dir / "state.json").read_text()).get("recipe")
     if recipe is None or saved is None:
         return
-    changed = [f"{key} {saved.get(key)} -> {value}" for key, value in recipe.items() if saved.get(key) != value]
+    changed = [f"{key} {saved.get(key)} -> {recipe.get(key)}" for key in {**saved, **recipe}  # a key either lacks too
+               if saved.get(key) != recipe.get(key)]
     if changed:
         raise YggcError(f"{state_dir} holds a {job} run made from other data or settings ({', '.join(changed)}); "
                         "pass --no-resume to start it over, or --out for a separate folder")
