@@ -4,10 +4,10 @@
 A change to the kernels in yggc/artifacts/kernels moves a verify call by tenths of a ms, while a shared VM's speed
 drifts by more than that between processes. So both builds go into one library: OLD's sources compiled with their
 namespace renamed (-Dyggc=yggc_old; only OLD_UNITS, the files the switched ops need), NEW's as they are, and the ops
-that dominate a verify call (SWITCHED) registered as switches between the two. The package is lowered once (its graph does not depend on these sources),
-its logits must be equal under both builds (a kernel may change speed, never bits), then the builds and widths take
-turns call by call. Printed: ms per call (the best of 3 round medians, as bench_verify_packages.py) and the median
-of NEW - OLD over adjacent call pairs.
+that dominate a verify call (SWITCHED) registered as switches between the two. The package is lowered once (its graph
+does not depend on these sources), its logits must be equal under both builds (a kernel may change speed, never
+bits), then the builds and widths take turns call by call. Printed: ms per call (the best of 3 round medians, as
+bench_verify_packages.py) and the median of NEW - OLD over adjacent call pairs.
 
     git worktree add /tmp/old OLD_COMMIT
     python tools/bench_kernel_sources.py -m $(yggc pull smollm2) /tmp/old/yggc/artifacts/kernels \\
