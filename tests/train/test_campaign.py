@@ -72,6 +72,8 @@ def test_a_head_is_kept_only_where_it_beats_the_best_so_far(tmp_path):
     assert campaign.record_run(tmp_path / "c", record, {"x": 1}, summary)  # 0.55
     assert (tmp_path / "c" / "head" / "config.json").is_file() and record["best"] == {"score": 0.55, "steps": 10}
     assert json.loads((tmp_path / "c" / "campaign.json").read_text())["runs"][1]["score"] == 0.55
+    assert not campaign.record_run(tmp_path / "c", record, {"x": 1}, summary)  # the finished run again: no new row
+    assert len(json.loads((tmp_path / "c" / "campaign.json").read_text())["runs"]) == 2
 
 
 def test_sampled_answers_answer_every_training_prompt_again_at_t1_and_travel_with_the_campaign(ckpt_root, tmp_path):

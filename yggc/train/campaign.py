@@ -162,8 +162,9 @@ def score_of(summary: dict) -> float:
 
 
 def record_run(src: Path, record: dict, data: dict, summary: dict) -> bool:
-    """Append the run to the record, keep its head in DIR/head where it scores best so far, write campaign.json
-    last; returns whether the head was kept."""
+    """Append the run to the record (not again where a finished run was run again: its row equals the last one),
+    keep its head in DIR/head where it scores best so far, write campaign.json last; returns whether the head was
+    kept."""
     score = score_of(summary)
     best = record["best"] is None or score > record["best"]["score"]
     if best and summary.get("head"):
@@ -174,9 +175,10 @@ def record_run(src: Path, record: dict, data: dict, summary: dict) -> bool:
         os.replace(tmp, src / "head")
         record["best"] = {"score": score, "steps": summary["steps"]}
     keys = ("steps", "schedule", "decay_steps", "train_label_tokens", "train_conversations", "train_minutes")
-    record["runs"].append({**{k: summary.get(k) for k in keys}, "score": score,
-                           **{k: v for k, v in summary.items() if k.endswith("_agreement_per_step")},
-                           "command": summary.get("command")})
+    row = {**{k: summary.get(k) for k in keys}, "score": score,
+           **{k: v for k, v in summary.items() if k.endswith("_agreement_per_step")}, "command": summary.get("command")}
+    if not record["runs"] or record["runs"][-1] != row:
+        record["runs"].append(row)
     record["data"] = data
     src.mkdir(parents=True, exist_ok=True)
     (src / (RECORD + ".tmp")).write_text(json.dumps(record, indent=1) + "\n")
