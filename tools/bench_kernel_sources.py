@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import statistics
-import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import bench_verify_packages
@@ -32,6 +30,7 @@ from yggc.passes.profile import bucket_call
 
 from yggc.artifacts import kernel_ops
 from yggc.artifacts.timing import best_round_median
+from yggc.errors import YggcError
 
 REGISTER = "register_ops.cpp"
 # op -> (its registration in register_ops.cpp, the switch that replaces it there)
@@ -78,29 +77,16 @@ def switched_register_ops(source: str) -> str:
 
 def build(old: Path, new: Path, out: Path, work: Path) -> None:
     """One library: OLD's kernels in namespace yggc_old, NEW's in yggc, NEW's registration with the switches."""
-    command = kernel_library.compile_command((), out)
-    flags, libs = command[:command.index("-o")], command[command.index("-o") + 2:]
     (work / REGISTER).write_text(switched_register_ops((new / REGISTER).read_text()))
     units = [(old / name, work / f"old_{Path(name).stem}.o", ["-Dyggc=yggc_old"]) for name in OLD_UNITS
              if (old / name).is_file()]  # an older tree may predate one
     units += [(src, work / f"new_{src.stem}.o", []) for src in sorted(new.glob("*.cpp")) if src.name != REGISTER]
     units.append((work / REGISTER, work / "register.o", []))
-
-    def compile_one(unit) -> subprocess.CompletedProcess:
-        src, obj, extra = unit
-        return subprocess.run([*flags, *extra, "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
-
-    with ThreadPoolExecutor() as pool:
-        for (src, _, _), done in zip(units, pool.map(compile_one, units)):
-            if done.returncode != 0:
-                raise SystemExit(f"bench_kernel_sources: g++ failed on {src}: "
-                                 f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    linked = subprocess.run(["g++", "-shared", "-fopenmp", "-Wl,--no-undefined", *(str(obj) for _, obj, _ in units),
-                             "-o", str(out), *libs], capture_output=True, text=True)
-    if linked.returncode != 0:
-        missing = "yggc_old::" in linked.stderr  # OLD's switched ops call a function of a file not in OLD_UNITS
-        raise SystemExit(f"bench_kernel_sources: linking failed: {(linked.stderr.strip().splitlines() or ['?'])[-1]}"
-                         + ("; add the file that defines it to OLD_UNITS" if missing else ""))
+    try:
+        kernel_library.compile_and_link(units, out)
+    except YggcError as e:  # OLD's switched ops may call a function of a file not in OLD_UNITS
+        raise SystemExit(f"bench_kernel_sources: {e}" + ("; add the file that defines it to OLD_UNITS"
+                                                          if "yggc_old::" in str(e) else ""))
 
 
 def time_builds(args, package: Path, library: Path) -> None:

@@ -1,7 +1,8 @@
 """Build yggc's CPU kernel library (yggc/artifacts/kernels/*.cpp: the attention, tied-head and quantized linear ops) for this CPU.
 
 The library is compiled once per source, torch build and CPU capability with the C++ compiler Inductor
-already needs, cached under ~/.cache/yggc/kernels, and copied beside every CPU package lowered with it
+already needs (one g++ per source, side by side on the machine's cores, then linked), cached under
+~/.cache/yggc/kernels, and copied beside every CPU package lowered with it
 (artifacts.kernel_ops.load_beside loads it from there). -march=native, as Inductor's own kernels: the
 bundle's ISA fingerprint already ties it to CPUs like this one. The build names the tied head's chunk (-DYGGC_HEAD_CHUNK_PAIRS) and
 the level it prefetches the next chunk into (-DYGGC_PREFETCH_HINT, prefetch.hint for this CPU's L1 data cache).
@@ -13,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -44,6 +46,34 @@ def compile_command(sources: tuple[Path, ...], out: Path) -> list[str]:
             *includes, *map(str, sources), "-o", str(out), *libs, "-lc10", "-ltorch", "-ltorch_cpu"]
 
 
+def compile_and_link(units: list[tuple[Path, Path, list[str]]], out: Path) -> None:
+    """Each (source, object, extra g++ flags) compiled with compile_command's flags, side by side on the machine's
+    cores, and the objects linked into the library `out`. YggcError naming the first source g++ refuses and its
+    first error, or the link's first undefined reference."""
+    command = compile_command((), out)
+    flags, libs = command[:command.index("-o")], command[command.index("-o") + 2:]
+
+    def compile_one(unit: tuple[Path, Path, list[str]]) -> subprocess.CompletedProcess:
+        src, obj, extra = unit
+        return subprocess.run([*flags, *extra, "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        for (src, _, _), done in zip(units, pool.map(compile_one, units)):
+            if done.returncode != 0:
+                raise YggcError(f"building yggc's CPU kernels: g++ failed on {src.name} ({telling_line(done, 'error')}); "
+                                "Inductor needs a working g++ too: install it (e.g. apt install g++) and re-run")
+    linked = subprocess.run(["g++", "-shared", "-fopenmp", "-Wl,--no-undefined", *(str(obj) for _, obj, _ in units),
+                             "-o", str(out), *libs], capture_output=True, text=True)
+    if linked.returncode != 0:
+        raise YggcError(f"building yggc's CPU kernels: linking failed ({telling_line(linked, 'undefined reference')})")
+
+
+def telling_line(done: subprocess.CompletedProcess, marker: str) -> str:
+    """The first line of the tool's stderr that holds `marker`, else its last line."""
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()] or ["no output"]
+    return next((line for line in lines if marker in line), lines[-1])
+
+
 def _fake_attend_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(q, memory_format=torch.contiguous_format)  # [H, W, hd]: what export traces
 
@@ -67,11 +97,7 @@ def build() -> Path:
         library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as tmp:  # concurrent builds: the last rename wins
             partial = Path(tmp) / kernel_ops.LIBRARY
-            done = subprocess.run(compile_command(sources, partial), capture_output=True, text=True)
-            if done.returncode != 0:
-                last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise YggcError(f"building yggc's CPU kernels with g++ failed ({last}); Inductor needs a "
-                                "working g++ too: install it (e.g. apt install g++) and re-run")
+            compile_and_link([(src, Path(tmp) / f"{src.stem}.o", []) for src in sources], partial)
             os.replace(partial, library)
     kernel_ops.load(library)
     torch.library.register_fake(f"{kernel_ops.NAMESPACE}::{kernel_ops.ATTEND_OP}")(_fake_attend_rows)

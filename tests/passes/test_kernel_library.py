@@ -106,3 +106,16 @@ def test_a_damaged_library_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_ops, "registered", lambda: False)
     with pytest.raises(YggcError, match="kernel library yggc_kernels.so cannot be loaded .*re-run `yggc compile`"):
         kernel_ops.load(damaged)
+
+
+def test_a_source_g_plus_plus_refuses_or_a_missing_symbol_is_one_line(tmp_path):
+    """compile_and_link names the source g++ refuses, and the symbol a link cannot find."""
+    broken, caller = tmp_path / "broken.cpp", tmp_path / "caller.cpp"
+    broken.write_text("int f( {\n")
+    caller.write_text("int missing_kernel(int);\nint call(int x) { return missing_kernel(x); }\n")
+    with pytest.raises(YggcError, match=r"g\+\+ failed on broken.cpp \(.*error"):
+        kernel_library.compile_and_link([(caller, tmp_path / "caller.o", []), (broken, tmp_path / "broken.o", [])],
+                                        tmp_path / "lib.so")
+    with pytest.raises(YggcError, match=r"linking failed \(.*undefined reference to `missing_kernel"):
+        kernel_library.compile_and_link([(caller, tmp_path / "caller.o", [])], tmp_path / "lib.so")
+    assert not (tmp_path / "lib.so").exists()

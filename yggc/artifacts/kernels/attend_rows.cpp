@@ -14,8 +14,8 @@
 // in a parallel pass of its own and weights the values in float, from kWidenRows rows with the values widened once
 // for all rows; v1, which packages compiled before v2 call, scores each slot with a lane reduction per task. Both,
 // and v3 elsewhere, run a row's tasks one after another on one thread, which lists the row's visible slots once.
-#include <torch/library.h>
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>

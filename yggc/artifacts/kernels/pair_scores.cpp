@@ -7,7 +7,7 @@
 // once for all the row-heads scored together: every row and query head of the call that reads its key/value head
 // (pair_scores), or those of a unit's rows (pair_scores_rows).
 #if defined(__AVX512BF16__)
-#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>

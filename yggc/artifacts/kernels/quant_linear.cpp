@@ -20,8 +20,8 @@
 // a tile of up to 8 rows keeps its dots and sums in registers over all of a group's blocks, each block's quants
 // loaded and unpacked once for the tile (tile_rows); the other builds take 4 rows per load of a block (group_rows).
 // -> out [M, N] float32.
-#include <torch/library.h>
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #include <algorithm>

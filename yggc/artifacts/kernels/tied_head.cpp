@@ -15,8 +15,8 @@
 // Either way a sum never depends on the row count or on the row's place in the call, so each row's logits are
 // bit-identical whatever the width. The logits stay float32, as Inductor's fused epilogue of a bf16 head
 // followed by .float() leaves them (no rounding to bf16 in between).
-#include <torch/library.h>
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/bit_cast.h>
 #include <algorithm>

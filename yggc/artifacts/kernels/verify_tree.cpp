@@ -6,7 +6,10 @@
 // Why: right after the verifier's package has streamed its weights through the caches, every Python and NumPy
 // step of that work runs cold, and together they make most of an iteration's host time (docs/benchmarks/
 // host-costs.md). Here the same work is a handful of cache misses.
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
 #include <algorithm>
