@@ -19,6 +19,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import torch
 from yggc.passes.kernels import kernel_library
 
 from yggc.artifacts import cache_layout, kernel_ops
+from yggc.errors import YggcError
 from yggc.tree import token_tree
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS = 9, 3, 64, 30  # SmolLM2-135M
@@ -111,10 +113,12 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args(argv)
     if args.command == "build":
-        done = subprocess.run(kernel_library.compile_command(kernel_ops.SOURCES, args.out), capture_output=True,
-                              text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"bench_attention_op: g++ failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                units = [(src, Path(tmp) / f"{src.stem}.o", []) for src in kernel_ops.SOURCES]
+                kernel_library.compile_and_link(units, args.out)
+            except YggcError as e:
+                raise SystemExit(f"bench_attention_op: {e}")
         print(args.out)
     elif args.command == "_one":
         print(json.dumps(one_library(Path(args.libraries[0]), args.widths, args.context, args.calls, args.threads)))
