@@ -19,7 +19,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -113,12 +112,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args(argv)
     if args.command == "build":
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                units = [(src, Path(tmp) / f"{src.stem}.o", []) for src in kernel_ops.SOURCES]
-                kernel_library.compile_and_link(units, args.out)
-            except YggcError as e:
-                raise SystemExit(f"bench_attention_op: {e}")
+        try:
+            kernel_library.compile_sources(kernel_ops.SOURCES, args.out)
+        except YggcError as e:
+            raise SystemExit(f"bench_attention_op: {e}")
         print(args.out)
     elif args.command == "_one":
         print(json.dumps(one_library(Path(args.libraries[0]), args.widths, args.context, args.calls, args.threads)))

@@ -60,12 +60,19 @@ def compile_and_link(units: list[tuple[Path, Path, list[str]]], out: Path) -> No
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         for (src, _, _), done in zip(units, pool.map(compile_one, units)):
             if done.returncode != 0:
-                raise YggcError(f"building yggc's CPU kernels: g++ failed on {src.name} ({telling_line(done, 'error')}); "
-                                "Inductor needs a working g++ too: install it (e.g. apt install g++) and re-run")
+                raise YggcError(f"building yggc's CPU kernels: g++ failed on {src.name} "
+                                f"({telling_line(done, 'error')}); Inductor needs a working g++ too: install it "
+                                "(e.g. apt install g++) and re-run")
     linked = subprocess.run(["g++", "-shared", "-fopenmp", "-Wl,--no-undefined", *(str(obj) for _, obj, _ in units),
                              "-o", str(out), *libs], capture_output=True, text=True)
     if linked.returncode != 0:
         raise YggcError(f"building yggc's CPU kernels: linking failed ({telling_line(linked, 'undefined reference')})")
+
+
+def compile_sources(sources: tuple[Path, ...], out: Path) -> None:
+    """compile_and_link of `sources` as they are, their objects in a temporary folder beside `out`."""
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        compile_and_link([(src, Path(tmp) / f"{src.stem}.o", []) for src in sources], out)
 
 
 def telling_line(done: subprocess.CompletedProcess, marker: str) -> str:
@@ -97,7 +104,7 @@ def build() -> Path:
         library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as tmp:  # concurrent builds: the last rename wins
             partial = Path(tmp) / kernel_ops.LIBRARY
-            compile_and_link([(src, Path(tmp) / f"{src.stem}.o", []) for src in sources], partial)
+            compile_sources(sources, partial)
             os.replace(partial, library)
     kernel_ops.load(library)
     torch.library.register_fake(f"{kernel_ops.NAMESPACE}::{kernel_ops.ATTEND_OP}")(_fake_attend_rows)
